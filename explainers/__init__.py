@@ -1,0 +1,16 @@
+"""The science: games, maskers and Shapley estimators, usable as a plain library."""
+
+from explainers.estimators.base import Estimate
+from explainers.games import BudgetError, ExplainerError, GameRecorder
+from explainers.shapley import shapley_values
+
+ShapleyResult = Estimate
+
+__all__ = [
+    "BudgetError",
+    "Estimate",
+    "ExplainerError",
+    "GameRecorder",
+    "ShapleyResult",
+    "shapley_values",
+]

@@ -1,0 +1,43 @@
+"""Value objects shared by every explainer family."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from explainers.games import ExplainerError
+
+
+class OptionError(ExplainerError):
+    """An option or input does not fit the model (wrong shape, unknown name, ...)."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Attributions for one instance and one output."""
+
+    output_index: int
+    values: np.ndarray  # [n_players]
+    base_value: float
+    instance_output_value: float
+    exact: bool
+    n_model_evals: int
+    estimator: str
+    error_std: np.ndarray | None = None
+
+    @property
+    def approximation_error(self) -> float:
+        return abs(float(self.values.sum()) + self.base_value - self.instance_output_value)
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    """Explanations of a batch plus what the explainer resolved (echoed to the caller)."""
+
+    explanations: tuple[Explanation, ...]
+    player_names: tuple[str, ...]
+    parameters: dict[str, Any] = field(default_factory=dict)
+    budget: int = 0  # per instance, after defaults
+    additive: bool = True

@@ -1,0 +1,214 @@
+"""Shapley values of models: the library entry point and the `shapley` explainer family.
+
+Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro et al. (2009).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from explainers.estimators import exact, kernel, permutation
+from explainers.estimators.base import Estimate
+from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.games import BudgetError, ExplainerError, Game, GameRecorder, rows_per_coalition
+from explainers.maskers import MaskedModelGame, patch_groups
+from models.base import Model
+
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    name: str
+    run: Callable[[GameRecorder, np.random.Generator, str], Estimate]
+    min_coalitions: Callable[[int], int]
+
+
+ESTIMATORS: tuple[EstimatorSpec, ...] = (
+    EstimatorSpec("exact", lambda rec, rng, _s: exact.exact(rec, rng), exact.min_coalitions),
+    EstimatorSpec(
+        "permutation",
+        lambda rec, rng, _s: permutation.permutation(rec, rng),
+        permutation.min_coalitions,
+    ),
+    EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
+)
+_BY_NAME = {spec.name: spec for spec in ESTIMATORS}
+assert len(_BY_NAME) == len(ESTIMATORS), "duplicate estimator names"
+
+
+def default_budget(n_players: int, cost: int = 1, estimator: str = "auto") -> int:
+    """All 2^n coalitions for exact; else shap's 2n + 2048, capped at 2^n (then exact)."""
+    coalitions = 2 * n_players + 2048
+    if estimator == "exact":
+        coalitions = 1 << n_players
+    elif n_players <= exact.MAX_PLAYERS:
+        coalitions = min(coalitions, 1 << n_players)
+    return coalitions * cost
+
+
+def choose_estimator(estimator: str, n_players: int, coalitions: int) -> str:
+    """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices."""
+    if estimator == "auto":
+        fits = n_players <= exact.MAX_PLAYERS and (1 << n_players) <= coalitions
+        estimator = "exact" if fits or n_players == 1 else "kernel"
+    if estimator not in _BY_NAME:
+        raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
+    if estimator == "exact" and n_players > exact.MAX_PLAYERS:
+        raise OptionError(f"exact is limited to {exact.MAX_PLAYERS} players, got {n_players}")
+    need = 2 if n_players == 1 else _BY_NAME[estimator].min_coalitions(n_players)
+    if coalitions < need:
+        raise BudgetError(
+            f"budget pays for {coalitions} coalitions; estimator {estimator!r} needs at least "
+            f"{need} for {n_players} players"
+        )
+    return estimator
+
+
+def shapley_values(
+    game: Game,
+    n_players: int,
+    *,
+    estimator: str = "auto",
+    budget: int | None = None,
+    seed: int = 0,
+    sampler: str = "kernel",
+) -> Estimate:
+    """Shapley values of `game` (bool masks [m, n] -> values [m] or [m, k]).
+
+    `budget` counts model evaluations: coalitions times `game.rows_per_coalition` (default 1).
+    """
+    if n_players < 1:
+        raise OptionError("a game needs at least one player")
+    cost = rows_per_coalition(game)
+    budget = default_budget(n_players, cost, estimator) if budget is None else budget
+    name = choose_estimator(estimator, n_players, budget // cost)
+    if n_players == 1:
+        name = "exact"
+    recorder = GameRecorder(game, n_players, budget)
+    return _BY_NAME[name].run(recorder, np.random.default_rng(seed), sampler)
+
+
+class MaskerOptions(BaseModel):
+    """What "absent" means: background rows (interventional) or a fixed baseline."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["background", "baseline"]
+    value: float | list[Any] | None = Field(
+        None, description="baseline: a number, or one value per input feature (any nesting)"
+    )
+
+
+class ShapleyOptions(BaseModel):
+    """Options of the `shapley` explainer."""
+
+    model_config = ConfigDict(extra="forbid")
+    estimator: Literal["auto", "exact", "permutation", "kernel"] = Field(
+        "auto", description="auto: exact when 2^n coalitions fit the budget, else kernel"
+    )
+    sampler: Literal["kernel", "leverage"] = Field(
+        "kernel", description="coalition sampler of the kernel estimator"
+    )
+    masker: MaskerOptions | None = Field(
+        None, description="default: background for tabular models, a zero baseline for images"
+    )
+    patch_size: int = Field(2, ge=1, le=64, description="image models: side of a square patch")
+
+
+def _references(
+    model: Model, masker: MaskerOptions, background: np.ndarray | None
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Reference rows [r, *input_shape] and their description for the echo."""
+    if masker.type == "background":
+        if background is not None:
+            return background, {"type": "background", "source": "request", "rows": len(background)}
+        if model.background is None:
+            raise OptionError(f"model {model.name!r} has no default background; send one")
+        return model.background, {
+            "type": "background",
+            "source": "model",
+            "rows": len(model.background),
+        }
+    if masker.value is None:
+        if model.modality == "tabular" and model.background is not None:
+            value = model.background.mean(axis=0)
+            source = "feature means of the model background"
+        else:
+            value = np.zeros(model.input_shape, dtype=np.float32)
+            source = "zeros"
+    else:
+        value = np.asarray(masker.value, dtype=np.float64)
+        source = "request"
+        if value.ndim == 0:
+            value = np.full(model.input_shape, float(value))
+        if value.size != model.n_features or not np.all(np.isfinite(value)):
+            raise OptionError(f"baseline needs {model.n_features} finite numbers, got {value.size}")
+    value = np.asarray(value, dtype=np.float32).reshape(1, *model.input_shape)
+    return value, {"type": "baseline", "source": source, "value": value.reshape(-1).tolist()}
+
+
+def explain(
+    model: Model,
+    inputs: np.ndarray,
+    *,
+    options: ShapleyOptions,
+    target: int | None = None,
+    seed: int = 0,
+    budget: int | None = None,
+    background: np.ndarray | None = None,
+) -> ExplainResult:
+    """Shapley explanations of `inputs` [m, *input_shape] for one output of `model`."""
+    masker = options.masker or MaskerOptions(
+        type="baseline" if model.modality == "image" else "background"
+    )
+    references, masker_echo = _references(model, masker, background)
+    if model.modality == "image":
+        groups, names = patch_groups(model.input_shape, options.patch_size)
+    else:
+        groups, names = np.arange(model.n_features), list(model.feature_names)
+    n_players = len(names)
+    cost = references.shape[0]
+    budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
+    choose_estimator(options.estimator, n_players, budget // cost)  # fail before any model call
+    explanations = []
+    for x in inputs:
+        game = MaskedModelGame(model.predict, x, references, groups, model.batch_size)
+        est = shapley_values(
+            game,
+            n_players,
+            estimator=options.estimator,
+            budget=budget,
+            seed=seed,
+            sampler=options.sampler,
+        )
+        if target is None:
+            out = int(np.argmax(est.full_value)) if model.task == "classification" else 0
+        else:
+            out = target
+        if not 0 <= out < model.n_outputs:
+            raise OptionError(f"target {out} out of range for {model.n_outputs} outputs")
+        explanations.append(
+            Explanation(
+                output_index=out,
+                values=est.values[:, out],
+                base_value=float(est.base_value[out]),
+                instance_output_value=float(est.full_value[out]),
+                exact=est.exact,
+                n_model_evals=est.n_evaluations,
+                estimator=est.estimator,
+                error_std=None if est.error_std is None else est.error_std[:, out],
+            )
+        )
+    echo = options.model_dump()
+    echo["masker"] = masker_echo
+    if model.modality != "image":
+        echo.pop("patch_size")
+    return ExplainResult(tuple(explanations), tuple(names), echo, budget)
+
+
+__all__ = ["ExplainerError", "ShapleyOptions", "explain", "shapley_values"]

@@ -1,0 +1,75 @@
+"""The model type every explainer runs against: a torch module plus its metadata."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class ModelError(Exception):
+    """Base error of the models package."""
+
+
+class UnknownModelError(ModelError, KeyError):
+    """No model is registered under that name."""
+
+
+class ModelNotReadyError(ModelError):
+    """The model exists but is not loaded (still training or failed to load)."""
+
+
+def weights_hash(module: torch.nn.Module) -> str:
+    """Content hash of a module's parameters and buffers (its version)."""
+    h = hashlib.sha256()
+    for key, tensor in sorted(module.state_dict().items()):
+        h.update(key.encode())
+        h.update(str(tuple(tensor.shape)).encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A loaded model: `predict` maps float32 [m, *input_shape] to float32 [m, k]."""
+
+    name: str
+    modality: str  # "tabular" | "image"
+    task: str  # "regression" | "classification"
+    input_shape: tuple[int, ...]  # without the batch dimension
+    feature_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    module: torch.nn.Module  # eval mode; classifiers end in softmax (outputs are probabilities)
+    background: np.ndarray | None = None  # [rows, *input_shape] float32, the default background
+    background_info: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 65536  # rows per forward pass; bounds memory
+    platform: str = "pytorch"
+    version: str = ""  # filled from the weights when empty
+    info: dict[str, Any] = field(default_factory=dict)  # provenance: dataset, seed, metrics
+
+    def __post_init__(self) -> None:
+        if not self.version:
+            object.__setattr__(self, "version", weights_hash(self.module))
+
+    @property
+    def n_features(self) -> int:
+        return int(np.prod(self.input_shape))
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.output_names)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Batched forward pass without gradients; chunks of `batch_size` rows."""
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape((-1, *self.input_shape))
+        out = np.empty((x.shape[0], self.n_outputs), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, x.shape[0], self.batch_size):
+                chunk = torch.from_numpy(x[start : start + self.batch_size])
+                out[start : start + chunk.shape[0]] = (
+                    self.module(chunk).reshape(chunk.shape[0], -1).numpy()
+                )
+        return out
