@@ -1,0 +1,1 @@
+"""HTTP layer of the attribution service."""

@@ -1,0 +1,125 @@
+"""Typed API errors and the one handler that renders {"error": ..., "code": ...}."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from explainers.games import BudgetError, ExplainerError
+from explainers.registry import UnknownExplainerError
+from models.base import ModelNotReadyError, UnknownModelError
+
+log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: str
+    code: str
+    detail: Any | None = None
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and a machine-readable code."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None, detail: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.code
+        self.detail = detail
+
+
+class InvalidInput(ApiError):
+    code = "invalid_input"
+
+
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class NotReady(ApiError):
+    status = 503
+    code = "not_ready"
+
+
+def from_library(exc: Exception) -> ApiError:
+    """Map errors of the explainers and models packages to API errors."""
+    if isinstance(exc, UnknownModelError):
+        return NotFound(str(exc.args[0]), code="unknown_model")
+    if isinstance(exc, UnknownExplainerError):
+        return NotFound(str(exc.args[0]), code="unknown_explainer")
+    if isinstance(exc, ModelNotReadyError):
+        return NotReady(str(exc), code="model_not_ready")
+    if isinstance(exc, BudgetError):
+        return ApiError(str(exc), code="budget_too_small")
+    if isinstance(exc, ExplainerError):
+        return ApiError(str(exc), code="invalid_option")
+    raise exc
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in [
+        (400, "Bad input"),
+        (404, "Unknown model or explainer"),
+        (413, "Payload too large"),
+        (422, "Request does not match the schema"),
+        (503, "Not ready"),
+    ]
+}
+
+
+def _body(message: str, code: str, detail: Any = None, status: int = 400) -> JSONResponse:
+    content: dict[str, Any] = {"error": message, "code": code}
+    if detail is not None:
+        content["detail"] = jsonable_encoder(detail)
+    return JSONResponse(content, status_code=status)
+
+
+def install(app: FastAPI) -> None:
+    """Register the exception handlers on `app`."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _body(exc.message, exc.code, exc.detail, exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _body(f"{where}: {first.get('msg', 'invalid')}", "validation_error", errors, 422)
+
+    @app.exception_handler(ValidationError)
+    async def pydantic_error(_: Request, exc: ValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]
+        return _body(str(exc.errors()[0]["msg"]), "validation_error", errors, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        return _body(
+            str(exc.detail), codes.get(exc.status_code, "http_error"), None, exc.status_code
+        )
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return _body("internal server error", "internal_error", None, 500)

@@ -1,0 +1,60 @@
+"""Turn JSON instances into float32 arrays of a model's input shape, or a 400."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.errors import InvalidInput
+from models.base import Model
+
+
+def _row(model: Model, item: Any, where: str) -> np.ndarray:
+    if isinstance(item, dict):
+        missing = [f for f in model.feature_names if f not in item]
+        unknown = [k for k in item if k not in set(model.feature_names)]
+        if missing or unknown:
+            raise InvalidInput(
+                f"{where}: keys must be the model's features; missing {missing[:5]}, "
+                f"unknown {unknown[:5]}"
+            )
+        item = [item[f] for f in model.feature_names]
+    try:
+        arr = np.asarray(item, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{where}: expected numbers in a regular nested list") from None
+    if arr.dtype == object:
+        raise InvalidInput(f"{where}: expected numbers in a regular nested list")
+    if arr.size != model.n_features:
+        raise InvalidInput(
+            f"{where}: expected {model.n_features} values (shape {list(model.input_shape)}), "
+            f"got {arr.size} (shape {list(arr.shape)})"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise InvalidInput(f"{where}: values must be finite (no NaN or infinity)")
+    if np.any(np.abs(arr) > np.finfo(np.float32).max):
+        raise InvalidInput(f"{where}: values exceed the float32 range")
+    return arr.astype(np.float32).reshape(model.input_shape)
+
+
+def to_array(model: Model, items: list[Any], field: str) -> np.ndarray:
+    """Instances -> float32 [m, *input_shape]; each may be a list, nested list or dict."""
+    if any(isinstance(it, bool) for it in items):
+        raise InvalidInput(f"{field}: expected rows of numbers")
+    if model.modality != "image" and items and not isinstance(items[0], (list, dict)):
+        raise InvalidInput(f"{field}: expected a list of rows, e.g. [[...], [...]]")
+    return np.stack([_row(model, it, f"{field}[{i}]") for i, it in enumerate(items)])
+
+
+def resolve_target(model: Model, target: int | str | None) -> int | None:
+    """Output index from an index or output name; None keeps the explainer default."""
+    if target is None:
+        return None
+    if isinstance(target, str):
+        if target in model.output_names:
+            return model.output_names.index(target)
+        raise InvalidInput(f"unknown target {target!r}; outputs are {list(model.output_names)}")
+    if not 0 <= target < model.n_outputs:
+        raise InvalidInput(f"target {target} out of range: the model has {model.n_outputs} outputs")
+    return target

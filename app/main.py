@@ -1,0 +1,104 @@
+"""create_app(settings): the FastAPI application with its cache, registry and workers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import errors
+from app.cache import Cache, MemoryCache, RedisCache
+from app.metrics import Metrics
+from app.routes import add_explain_routes, router
+from app.service import ExplainService
+from app.settings import Settings
+from models.registry import ModelRegistry
+
+log = logging.getLogger(__name__)
+
+
+class BodyLimit:
+    """Answer 413 for bodies over `limit` bytes, by header or by counting the stream."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await self._reject(send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise errors.PayloadTooLarge(f"request body over {self.limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _reject(self, send: Send) -> None:
+        body = b'{"error": "request body over %d bytes", "code": "payload_too_large"}' % self.limit
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def make_cache(settings: Settings) -> Cache:
+    if settings.redis_url:
+        return RedisCache(settings.redis_url, settings.cache_ttl_s, settings.cache_timeout_s)
+    return MemoryCache(settings.cache_max_entries)
+
+
+def create_app(settings: Settings | None = None, registry: ModelRegistry | None = None) -> FastAPI:
+    """Build the service; nothing heavy happens until the app starts."""
+    settings = settings or Settings()
+    registry = registry or ModelRegistry(settings.model_dir)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+        if settings.load_models_on_start:
+            threading.Thread(target=registry.load_all, name="load-models", daemon=True).start()
+        yield
+
+    app = FastAPI(
+        title="Attribution service",
+        version="0.1.0",
+        description="Attributions for registered models: Shapley values and more, one API.",
+        lifespan=lifespan,
+    )
+    metrics = Metrics()
+    app.state.settings = settings
+    app.state.service = ExplainService(settings, registry, make_cache(settings), metrics)
+    app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
+    errors.install(app)
+    app.include_router(router)
+    add_explain_routes(app)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app
+
+
+def app_factory() -> Any:
+    """For `uvicorn --factory app.main:app_factory`."""
+    return create_app()

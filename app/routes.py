@@ -1,0 +1,243 @@
+"""Routes: thin handlers that validate, call the service off the event loop, and shape."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound
+from app.schemas import (
+    ExplainerInfo,
+    ExplainRequestBase,
+    ExplainResponse,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ModelSummary,
+    TensorMeta,
+    request_model,
+)
+from app.service import ExplainService
+from explainers.registry import EXPLAINERS, ExplainerSpec
+from models.base import Model
+
+router = APIRouter()
+
+
+def service(request: Request) -> ExplainService:
+    svc: ExplainService = request.app.state.service
+    return svc
+
+
+async def off_loop(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking work (model loading, explaining) in the bounded worker pool."""
+    return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.limiter)
+
+
+@router.get("/v2/health/live", tags=["health"])
+async def live() -> dict[str, str]:
+    return {"status": "live"}
+
+
+@router.get("/v2/health/ready", tags=["health"], responses={503: ERROR_RESPONSES[503]})
+async def ready(request: Request) -> JSONResponse:
+    svc = service(request)
+    models = svc.registry.status()
+    cache = await anyio.to_thread.run_sync(svc.cache.health)
+    svc.metrics.cache_up.set(1 if cache["ok"] else 0)
+    missing = [name for name, st in models.items() if not st["loaded"]]
+    body: dict[str, Any] = {
+        "ready": not missing,
+        "status": "ready" if not missing and cache["ok"] else "degraded",
+        "models": models,
+        "cache": cache,
+    }
+    if missing:
+        body.update(error=f"models not loaded: {missing}", code="not_ready")
+    elif not cache["ok"]:
+        body["detail"] = "cache unreachable: answering uncached"
+    return JSONResponse(body, status_code=503 if missing else 200)
+
+
+@router.get("/v2", tags=["health"])
+async def server_metadata() -> dict[str, Any]:
+    return {"name": "attribution-service", "version": "0.1.0", "extensions": ["explain", "cache"]}
+
+
+def _summary(svc: ExplainService, name: str) -> ModelSummary:
+    state = svc.registry.status().get(name, {})
+    try:
+        model = svc.registry.get(name)
+    except Exception as exc:  # a failed model is listed, not fatal for the listing
+        return ModelSummary(
+            name=name, version=None, modality="unknown", state="failed", error=str(exc)
+        )
+    del state
+    return ModelSummary(name=name, version=model.version, modality=model.modality, state="ready")
+
+
+@router.get("/v2/models", tags=["models"], response_model=list[ModelSummary])
+async def list_models(request: Request) -> list[ModelSummary]:
+    svc = service(request)
+    return [await off_loop(request, _summary, svc, name) for name in svc.registry.names()]
+
+
+def metadata(model: Model) -> ModelMetadata:
+    return ModelMetadata(
+        name=model.name,
+        versions=[model.version],
+        platform=model.platform,
+        inputs=[TensorMeta(name="input", datatype="FP32", shape=[-1, *model.input_shape])],
+        outputs=[TensorMeta(name="output", datatype="FP32", shape=[-1, model.n_outputs])],
+        modality=model.modality,
+        task=model.task,
+        feature_names=list(model.feature_names),
+        output_names=list(model.output_names),
+        explainers=[s.name for s in EXPLAINERS if model.modality in s.modalities],
+        background=model.background_info or None,
+        info=getattr(model, "info", {}) or {},
+    )
+
+
+@router.get(
+    "/v2/models/{model}",
+    tags=["models"],
+    response_model=ModelMetadata,
+    responses={404: ERROR_RESPONSES[404], 503: ERROR_RESPONSES[503]},
+)
+async def model_metadata(request: Request, model: str) -> ModelMetadata:
+    return metadata(await off_loop(request, service(request).model, model))
+
+
+def _infer(svc: ExplainService, name: str, req: InferRequest) -> dict[str, Any]:
+    model = svc.model(name)
+    tensor = req.inputs[0]
+    if tensor.datatype.upper() not in {"FP32", "FP64", "FP16", "INT32", "INT64", "INT8", "UINT8"}:
+        raise InvalidInput(f"unsupported datatype {tensor.datatype!r}")
+    try:
+        data = np.asarray(tensor.data, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidInput("inputs[0].data must be numbers") from None
+    shape = list(tensor.shape)
+    if data.dtype == object or data.size != int(np.prod(shape)) or len(shape) < 1:
+        raise InvalidInput(
+            f"inputs[0].data has {data.size} values; shape {shape} needs {int(np.prod(shape))}"
+        )
+    if shape[1:] != list(model.input_shape) and int(np.prod(shape[1:])) != model.n_features:
+        raise InvalidInput(
+            f"shape must be [batch, {', '.join(map(str, model.input_shape))}], got {shape}"
+        )
+    if shape[0] > svc.settings.max_instances * 100:
+        raise ApiError("too many rows", code="payload_too_large")
+    if not np.all(np.isfinite(data)):
+        raise InvalidInput("inputs must be finite (no NaN or infinity)")
+    out = model.predict(data.reshape(shape[0], *model.input_shape))
+    return InferResponse(
+        model_name=model.name,
+        model_version=model.version,
+        id=req.id or uuid.uuid4().hex,
+        outputs=[
+            {
+                "name": "output",
+                "shape": list(out.shape),
+                "datatype": "FP32",
+                "data": out.reshape(-1).tolist(),
+            }
+        ],
+    ).model_dump()
+
+
+@router.post(
+    "/v2/models/{model}/infer",
+    tags=["models"],
+    response_model=InferResponse,
+    responses=ERROR_RESPONSES,
+)
+async def infer(request: Request, model: str, body: InferRequest) -> dict[str, Any]:
+    result: dict[str, Any] = await off_loop(request, _infer, service(request), model, body)
+    return result
+
+
+@router.get("/v2/explainers", tags=["explainers"], response_model=list[ExplainerInfo])
+async def list_explainers() -> list[ExplainerInfo]:
+    return [
+        ExplainerInfo(
+            name=s.name,
+            version=s.version,
+            modalities=list(s.modalities),
+            description=s.description,
+            reference=s.reference,
+            options_schema=s.options.model_json_schema(),
+        )
+        for s in EXPLAINERS
+    ]
+
+
+def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]:
+    """The handler of POST /v2/models/{model}/explain/<spec.name>, typed by its options."""
+    body_model = request_model(spec)
+
+    async def handler(request: Request, model: str, body: body_model) -> JSONResponse:  # type: ignore[valid-type]
+        svc = service(request)
+        use_cache = "no-cache" not in request.headers.get("cache-control", "").lower()
+        start = time.perf_counter()
+        status = 500
+        try:
+            outcome = await off_loop(request, svc.explain, model, spec.name, body, use_cache)
+            status = 200
+        except ApiError as exc:
+            status = exc.status
+            raise
+        finally:
+            svc.metrics.requests.labels(model, spec.name, str(status)).inc()
+            svc.metrics.duration.labels(model, spec.name).observe(time.perf_counter() - start)
+        return JSONResponse(outcome.body, headers={"X-Cache": outcome.cache.upper()})
+
+    handler.__annotations__["body"] = body_model  # resolved now, not as a string
+    handler.__name__ = f"explain_{spec.name.replace('-', '_')}"
+    handler.__doc__ = f"{spec.description}. Reference: {spec.reference}."
+    return handler
+
+
+def add_explain_routes(app: FastAPI) -> None:
+    for spec in EXPLAINERS:
+        app.add_api_route(
+            f"/v2/models/{{model}}/explain/{spec.name}",
+            explain_route(spec),
+            methods=["POST"],
+            tags=["explain"],
+            response_model=ExplainResponse,
+            responses=ERROR_RESPONSES,
+        )
+
+    @app.post(
+        "/v2/models/{model}/explain/{explainer}",
+        tags=["explain"],
+        responses=ERROR_RESPONSES,
+        include_in_schema=False,
+    )
+    async def unknown_explainer(request: Request, model: str, explainer: str) -> None:
+        svc = service(request)
+        await off_loop(request, svc.model, model)
+        raise NotFound(
+            f"unknown explainer {explainer!r}; known: {[s.name for s in EXPLAINERS]}",
+            code="unknown_explainer",
+        )
+
+
+@router.get("/metrics", tags=["health"], response_class=Response)
+async def metrics(request: Request) -> Response:
+    return Response(
+        generate_latest(service(request).metrics.registry), media_type=CONTENT_TYPE_LATEST
+    )
+
+
+__all__ = ["ExplainRequestBase", "add_explain_routes", "router"]

@@ -1,0 +1,155 @@
+"""Request and response bodies of the HTTP contract (API.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from explainers.registry import ExplainerSpec
+
+
+class ExplainRequestBase(BaseModel):
+    """Fields every explain request shares; `parameters` is the explainer's own options."""
+
+    model_config = ConfigDict(extra="forbid")
+    inputs: list[Any] = Field(
+        ...,
+        min_length=1,
+        description="instances: rows as lists or {feature: value}; images as nested lists",
+    )
+    target: int | str | None = Field(
+        None, description="output index or name; default: predicted class, or the single output"
+    )
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    budget: int | None = Field(
+        None, ge=1, description="model evaluations per instance (background rows included)"
+    )
+    background: list[Any] | None = Field(
+        None, description="background rows for the background masker; default: the model's"
+    )
+    id: str | None = Field(None, max_length=200, description="request id, echoed back")
+
+
+def request_model(spec: ExplainerSpec) -> type[ExplainRequestBase]:
+    """The request body of one explainer: the shared fields plus its typed options."""
+    name = "".join(part.capitalize() for part in spec.name.replace("-", "_").split("_"))
+    return create_model(
+        f"{name}ExplainRequest",
+        __base__=ExplainRequestBase,
+        parameters=(spec.options, Field(default_factory=spec.options)),
+    )
+
+
+class ExplanationOut(BaseModel):
+    output_index: int
+    output_name: str
+    data: Any = Field(..., description="the instance as sent")
+    values: list[float] = Field(..., description="one value per player")
+    base_value: float
+    instance_output_value: float
+    approximation_error: float = Field(
+        ..., description="|sum(values) + base_value - instance_output_value|"
+    )
+    error_std: list[float] | None = Field(None, description="standard error per value (sampled)")
+    interactions: dict[str, Any] | None = None
+    exact: bool
+    estimator: str
+    n_model_evals: int
+
+
+class ExplainMeta(BaseModel):
+    explainer: str
+    explainer_version: str
+    seed: int
+    budget: int = Field(..., description="model evaluations per instance, after defaults")
+    n_model_evals: int = Field(..., description="model evaluations spent, all instances")
+    n_instances: int
+    exact: bool
+    additive: bool
+    compute_ms: float
+    cache: Literal["hit", "miss", "bypass"]
+    parameters: dict[str, Any]
+
+
+class ExplainData(BaseModel):
+    feature_names: list[str] = Field(..., description="player names (features or patches)")
+    output_names: list[str]
+    explanations: list[ExplanationOut]
+
+
+class ExplainResponse(BaseModel):
+    model_name: str
+    model_version: str
+    id: str
+    meta: ExplainMeta
+    data: ExplainData
+
+
+class TensorMeta(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMeta]
+    outputs: list[TensorMeta]
+    modality: str
+    task: str
+    feature_names: list[str]
+    output_names: list[str]
+    explainers: list[str]
+    background: dict[str, Any] | None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelSummary(BaseModel):
+    name: str
+    version: str | None
+    modality: str
+    state: Literal["ready", "loading", "failed"]
+    error: str | None = None
+
+
+class InferInput(BaseModel):
+    name: str = "input"
+    shape: list[int]
+    datatype: str = "FP32"
+    data: list[Any]
+    parameters: dict[str, Any] | None = None
+
+
+class InferRequest(BaseModel):
+    """Open Inference Protocol inference request."""
+
+    id: str | None = None
+    inputs: list[InferInput] = Field(..., min_length=1, max_length=1)
+    parameters: dict[str, Any] | None = None
+    outputs: list[dict[str, Any]] | None = None
+
+
+class InferOutput(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    data: list[float]
+
+
+class InferResponse(BaseModel):
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[InferOutput]
+
+
+class ExplainerInfo(BaseModel):
+    name: str
+    version: str
+    modalities: list[str]
+    description: str
+    reference: str
+    options_schema: dict[str, Any]

@@ -1,0 +1,188 @@
+"""The explain service: look up, validate, consult the cache, run an explainer, shape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.cache import Cache, CacheUnavailable, cache_key
+from app.errors import ApiError, PayloadTooLarge, from_library
+from app.inputs import resolve_target, to_array
+from app.metrics import Metrics
+from app.schemas import ExplainRequestBase
+from app.settings import Settings
+from explainers.explanation import ExplainResult
+from explainers.games import ExplainerError
+from explainers.registry import ExplainerSpec, get_explainer
+from models.base import Model, ModelError
+from models.registry import ModelRegistry
+
+
+def array_digest(arr: np.ndarray | None) -> str | None:
+    if arr is None:
+        return None
+    return hashlib.sha256(str(arr.shape).encode() + arr.tobytes()).hexdigest()
+
+
+@dataclass
+class Outcome:
+    """A response body and how it was produced."""
+
+    body: dict[str, Any]
+    cache: str
+
+
+class ExplainService:
+    def __init__(
+        self, settings: Settings, registry: ModelRegistry, cache: Cache, metrics: Metrics
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.cache = cache
+        self.metrics = metrics
+
+    def model(self, name: str) -> Model:
+        try:
+            return self.registry.get(name)
+        except ModelError as exc:
+            raise from_library(exc) from exc
+
+    def explainer(self, model: Model, name: str) -> ExplainerSpec:
+        try:
+            spec = get_explainer(name)
+        except KeyError as exc:
+            raise from_library(exc) from exc
+        if model.modality not in spec.modalities:
+            raise ApiError(
+                f"explainer {name!r} does not support {model.modality} models",
+                code="unsupported_modality",
+            )
+        return spec
+
+    def explain(
+        self, model_name: str, explainer_name: str, req: ExplainRequestBase, use_cache: bool
+    ) -> Outcome:
+        """Run (or fetch from the cache) one explain request; blocking, call off the loop."""
+        model = self.model(model_name)
+        spec = self.explainer(model, explainer_name)
+        s = self.settings
+        if len(req.inputs) > s.max_instances:
+            raise PayloadTooLarge(f"at most {s.max_instances} instances per request")
+        if req.budget is not None and req.budget > s.max_budget:
+            raise ApiError(f"budget may be at most {s.max_budget}", code="budget_too_large")
+        inputs = to_array(model, req.inputs, "inputs")
+        background = None
+        if req.background is not None:
+            if not 1 <= len(req.background) <= s.max_background_rows:
+                raise PayloadTooLarge(f"background needs 1 to {s.max_background_rows} rows")
+            background = to_array(model, req.background, "background")
+        target = resolve_target(model, req.target)
+        options = getattr(req, "parameters")  # noqa: B009  (typed per explainer)
+        key = cache_key(
+            {
+                "model": model.name,
+                "model_version": model.version,
+                "explainer": spec.name,
+                "explainer_version": spec.version,
+                "options": options.model_dump(mode="json"),
+                "seed": req.seed,
+                "budget": req.budget,
+                "target": target,
+                "background": array_digest(background),
+                "inputs": array_digest(inputs),
+            }
+        )
+        request_id = req.id or uuid.uuid4().hex
+        status = "bypass"
+        if use_cache:
+            try:
+                hit = self.cache.get(key)
+                status = "miss"
+            except CacheUnavailable:
+                hit = None
+            if hit is not None:
+                self.metrics.cache.labels("hit").inc()
+                body = json.loads(hit)
+                body["id"] = request_id
+                body["meta"]["cache"] = "hit"
+                return Outcome(body, "hit")
+            self.metrics.cache.labels(status).inc()
+        start = time.perf_counter()
+        try:
+            result = spec.run(
+                model,
+                inputs,
+                options=options,
+                target=target,
+                seed=req.seed,
+                budget=req.budget,
+                background=background,
+            )
+        except (ExplainerError, ModelError) as exc:
+            raise from_library(exc) from exc
+        elapsed = (time.perf_counter() - start) * 1000
+        body = self._shape(model, spec, req, result, elapsed, status)
+        self.metrics.model_evals.labels(model.name, spec.name).inc(body["meta"]["n_model_evals"])
+        if status == "miss":
+            try:
+                self.cache.set(key, json.dumps(body))
+            except CacheUnavailable:
+                body["meta"]["cache"] = "bypass"
+        body["id"] = request_id
+        return Outcome(body, body["meta"]["cache"])
+
+    @staticmethod
+    def _shape(
+        model: Model,
+        spec: ExplainerSpec,
+        req: ExplainRequestBase,
+        result: ExplainResult,
+        elapsed_ms: float,
+        cache: str,
+    ) -> dict[str, Any]:
+        explanations = [
+            {
+                "output_index": e.output_index,
+                "output_name": model.output_names[e.output_index],
+                "data": raw,
+                "values": e.values.tolist(),
+                "base_value": e.base_value,
+                "instance_output_value": e.instance_output_value,
+                "approximation_error": e.approximation_error,
+                "error_std": None if e.error_std is None else e.error_std.tolist(),
+                "interactions": None,
+                "exact": e.exact,
+                "estimator": e.estimator,
+                "n_model_evals": e.n_model_evals,
+            }
+            for e, raw in zip(result.explanations, req.inputs, strict=True)
+        ]
+        return {
+            "model_name": model.name,
+            "model_version": model.version,
+            "id": "",
+            "meta": {
+                "explainer": spec.name,
+                "explainer_version": spec.version,
+                "seed": req.seed,
+                "budget": result.budget,
+                "n_model_evals": sum(e.n_model_evals for e in result.explanations),
+                "n_instances": len(result.explanations),
+                "exact": all(e.exact for e in result.explanations),
+                "additive": result.additive,
+                "compute_ms": round(elapsed_ms, 3),
+                "cache": cache,
+                "parameters": result.parameters,
+            },
+            "data": {
+                "feature_names": list(result.player_names),
+                "output_names": list(model.output_names),
+                "explanations": explanations,
+            },
+        }

@@ -1,0 +1,59 @@
+"""The explainer catalog: one line per explainer family, checked for duplicate names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from explainers import shapley
+from explainers.explanation import ExplainResult
+from explainers.games import ExplainerError
+
+
+class UnknownExplainerError(ExplainerError, KeyError):
+    """No explainer is registered under that name."""
+
+
+@dataclass(frozen=True)
+class ExplainerSpec:
+    name: str
+    version: str
+    modalities: tuple[str, ...]
+    options: type[BaseModel]
+    run: Callable[..., ExplainResult]
+    description: str
+    reference: str
+
+
+EXPLAINERS: tuple[ExplainerSpec, ...] = (
+    ExplainerSpec(
+        "shapley",
+        shapley.VERSION,
+        ("tabular", "image"),
+        shapley.ShapleyOptions,
+        shapley.explain,
+        "Shapley values of features or image patches: exact, permutation or KernelSHAP",
+        "Lundberg & Lee 2017; Castro et al. 2009; Musco & Witter 2025",
+    ),
+)
+
+
+def _index(specs: tuple[ExplainerSpec, ...]) -> dict[str, ExplainerSpec]:
+    index = {spec.name: spec for spec in specs}
+    if len(index) != len(specs):
+        raise ValueError("duplicate explainer names")
+    return index
+
+
+_BY_NAME = _index(EXPLAINERS)
+
+
+def get_explainer(name: str) -> ExplainerSpec:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UnknownExplainerError(
+            f"unknown explainer {name!r}; known: {sorted(_BY_NAME)}"
+        ) from None
