@@ -62,7 +62,7 @@ class NotReady(ApiError):
 def from_library(exc: Exception) -> ApiError:
     """Map errors of the explainers and models packages to API errors."""
     if isinstance(exc, UnknownModelError):
-        return NotFound(str(exc.args[0]), code="unknown_model")
+        return NotFound(f"unknown model {exc.args[0]!r}", code="unknown_model")
     if isinstance(exc, UnknownExplainerError):
         return NotFound(str(exc.args[0]), code="unknown_explainer")
     if isinstance(exc, ModelNotReadyError):

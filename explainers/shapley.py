@@ -52,8 +52,9 @@ def default_budget(n_players: int, cost: int = 1, estimator: str = "auto") -> in
     return coalitions * cost
 
 
-def choose_estimator(estimator: str, n_players: int, coalitions: int) -> str:
+def choose_estimator(estimator: str, n_players: int, budget: int, cost: int = 1) -> str:
     """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices."""
+    coalitions = budget // cost
     if estimator == "auto":
         fits = n_players <= exact.MAX_PLAYERS and (1 << n_players) <= coalitions
         estimator = "exact" if fits or n_players == 1 else "kernel"
@@ -64,8 +65,9 @@ def choose_estimator(estimator: str, n_players: int, coalitions: int) -> str:
     need = 2 if n_players == 1 else _BY_NAME[estimator].min_coalitions(n_players)
     if coalitions < need:
         raise BudgetError(
-            f"budget pays for {coalitions} coalitions; estimator {estimator!r} needs at least "
-            f"{need} for {n_players} players"
+            f"budget {budget} pays for {coalitions} coalitions at {cost} model evaluations "
+            f"each; estimator {estimator!r} needs at least {need} coalitions for {n_players} "
+            f"players, a budget of {need * cost}"
         )
     return estimator
 
@@ -87,7 +89,7 @@ def shapley_values(
         raise OptionError("a game needs at least one player")
     cost = rows_per_coalition(game)
     budget = default_budget(n_players, cost, estimator) if budget is None else budget
-    name = choose_estimator(estimator, n_players, budget // cost)
+    name = choose_estimator(estimator, n_players, budget, cost)
     if n_players == 1:
         name = "exact"
     recorder = GameRecorder(game, n_players, budget)
@@ -174,7 +176,7 @@ def explain(
     n_players = len(names)
     cost = references.shape[0]
     budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
-    choose_estimator(options.estimator, n_players, budget // cost)  # fail before any model call
+    choose_estimator(options.estimator, n_players, budget, cost)  # fail before any model call
     explanations = []
     for x in inputs:
         game = MaskedModelGame(model.predict, x, references, groups, model.batch_size)

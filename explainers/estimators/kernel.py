@@ -196,8 +196,7 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
         groups = min(N_JACKKNIFE, plan.n_pairs)
         bounds = np.linspace(0, plan.n_pairs, groups + 1).astype(int) * 2
         parts = [
-            _system(draws[lo:hi], y_draws[lo:hi], total, w[lo:hi])
-            for lo, hi in pairwise(bounds)
+            _system(draws[lo:hi], y_draws[lo:hi], total, w[lo:hi]) for lo, hi in pairwise(bounds)
         ]
         a_s = sum(p[0] for p in parts)
         b_s = sum(p[1] for p in parts)

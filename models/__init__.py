@@ -1,0 +1,15 @@
+"""Model registry, the `Model` type and the built-in models."""
+
+from models.base import Model, ModelError, ModelNotReadyError, UnknownModelError
+from models.builtin import BUILTINS, BuiltinModel
+from models.registry import ModelRegistry
+
+__all__ = [
+    "BUILTINS",
+    "BuiltinModel",
+    "Model",
+    "ModelError",
+    "ModelNotReadyError",
+    "ModelRegistry",
+    "UnknownModelError",
+]
