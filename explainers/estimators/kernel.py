@@ -23,7 +23,7 @@ SAMPLERS = ("kernel", "leverage")
 
 def min_coalitions(n: int) -> int:
     """Empty, full and n-1 more coalitions to determine n-1 free coefficients."""
-    return n + 1
+    return max(n + 1, 4)  # n = 2: {0} and {1} are one complementary pair; 3 would sample nothing
 
 
 def _size_weight(n: int, s: int) -> float:

@@ -40,6 +40,8 @@ def _plan(n: int, coalitions: int, rng: np.random.Generator) -> np.ndarray:
         # Each permutation adds at most 2(n-1) new coalitions beyond the shared empty/full
         # ones, so a bulk draw of this size always fits; finish one at a time.
         bulk = (coalitions - max(len(seen), 2)) // max(2 * (n - 1), 1)
+        if len(seen) == 1 << n:  # every coalition is paid for: the rest are free, draw at once
+            bulk = MAX_PERMUTATIONS
         batch = max(1, min(bulk, MAX_PERMUTATIONS - len(ranks)))
         drawn = np.argsort(rng.permuted(np.tile(np.arange(n), (batch, 1)), axis=1), axis=1)
         new = _keys(drawn) - seen
