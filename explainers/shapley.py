@@ -39,7 +39,8 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
 )
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
-assert len(_BY_NAME) == len(ESTIMATORS), "duplicate estimator names"
+if len(_BY_NAME) != len(ESTIMATORS):
+    raise ValueError("duplicate estimator names")
 
 
 def default_budget(n_players: int, cost: int = 1, estimator: str = "auto") -> int:
