@@ -22,8 +22,9 @@ SAMPLERS = ("kernel", "leverage")
 
 
 def min_coalitions(n: int) -> int:
-    """Empty, full and n-1 more coalitions to determine n-1 free coefficients."""
-    return max(n + 1, 4)  # n = 2: {0} and {1} are one complementary pair; 3 would sample nothing
+    """Empty, full and n-1 complement pairs: under the efficiency constraint a pair gives
+    one equation, and n-1 free coefficients need n-1 of them."""
+    return 2 * n
 
 
 def _size_weight(n: int, s: int) -> float:
