@@ -49,7 +49,9 @@ class MaskedModelGame:
         self.max_rows = max_rows
 
     def __call__(self, masks: np.ndarray) -> np.ndarray:
-        features = np.asarray(masks, dtype=bool)[:, self.groups]  # [m, d]
+        # C order: indexing columns yields a Fortran-ordered array, np.where then builds the
+        # rows in that order and predict pays for a second, contiguous copy.
+        features = np.ascontiguousarray(np.asarray(masks, dtype=bool)[:, self.groups])  # [m, d]
         r = self.rows_per_coalition
         step = max(1, self.max_rows // r)
         parts = []
