@@ -156,7 +156,7 @@ class ExplainService:
                 "instance_output_value": e.instance_output_value,
                 "approximation_error": e.approximation_error,
                 "error_std": None if e.error_std is None else e.error_std.tolist(),
-                "interactions": None,
+                "interactions": e.interactions,
                 "exact": e.exact,
                 "estimator": e.estimator,
                 "n_model_evals": e.n_model_evals,

@@ -26,10 +26,17 @@ class Explanation:
     n_model_evals: int
     estimator: str
     error_std: np.ndarray | None = None
+    interactions: dict[str, Any] | None = None  # {"index", "max_order", "values": {"0,1": v}}
 
     @property
     def approximation_error(self) -> float:
-        return abs(float(self.values.sum()) + self.base_value - self.instance_output_value)
+        """Efficiency gap over every reported term (interactions included when present)."""
+        total = (
+            sum(self.interactions["values"].values())
+            if self.interactions is not None
+            else float(self.values.sum())
+        )
+        return abs(total + self.base_value - self.instance_output_value)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from explainers import interactions
+from explainers.budget import default_budget
 from explainers.estimators import exact, kernel, permutation
 from explainers.estimators.base import Estimate
 from explainers.explanation import ExplainResult, Explanation, OptionError
@@ -41,16 +43,6 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
 if len(_BY_NAME) != len(ESTIMATORS):
     raise ValueError("duplicate estimator names")
-
-
-def default_budget(n_players: int, cost: int = 1, estimator: str = "auto") -> int:
-    """All 2^n coalitions for exact; else shap's 2n + 2048, capped at 2^n (then exact)."""
-    coalitions = 2 * n_players + 2048
-    if estimator == "exact":
-        coalitions = 1 << n_players
-    elif n_players <= exact.MAX_PLAYERS:
-        coalitions = min(coalitions, 1 << n_players)
-    return coalitions * cost
 
 
 def choose_estimator(estimator: str, n_players: int, budget: int, cost: int = 1) -> str:
@@ -111,9 +103,15 @@ class ShapleyOptions(BaseModel):
     """Options of the `shapley` explainer."""
 
     model_config = ConfigDict(extra="forbid")
-    estimator: Literal["auto", "exact", "permutation", "kernel"] = Field(
-        "auto", description="auto: exact when 2^n coalitions fit the budget, else kernel"
+    estimator: Literal["auto", "exact", "permutation", "kernel", "svarm"] = Field(
+        "auto",
+        description="auto: exact when 2^n coalitions fit the budget, else kernel (SV) or the "
+        "index's default sampler; svarm is for interaction indices only",
     )
+    index: Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII"] = Field(
+        "SV", description="SV: Shapley values; otherwise an interaction index up to max_order"
+    )
+    max_order: int = Field(2, ge=1, le=4, description="highest interaction order (not for SV)")
     sampler: Literal["kernel", "leverage"] = Field(
         "kernel", description="coalition sampler of the kernel estimator"
     )
@@ -177,41 +175,93 @@ def explain(
     n_players = len(names)
     cost = references.shape[0]
     budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
-    choose_estimator(options.estimator, n_players, budget, cost)  # fail before any model call
+    if options.index == "SV":
+        choose_estimator(options.estimator, n_players, budget, cost)  # fail before model calls
+    explain_one = _shapley_one if options.index == "SV" else _interactions_one
     explanations = []
     for x in inputs:
         game = MaskedModelGame(model.predict, x, references, groups, model.batch_size)
-        est = shapley_values(
-            game,
-            n_players,
-            estimator=options.estimator,
-            budget=budget,
-            seed=seed,
-            sampler=options.sampler,
-        )
-        if target is None:
-            out = int(np.argmax(est.full_value)) if model.task == "classification" else 0
-        else:
-            out = target
-        if not 0 <= out < model.n_outputs:
-            raise OptionError(f"target {out} out of range for {model.n_outputs} outputs")
-        explanations.append(
-            Explanation(
-                output_index=out,
-                values=est.values[:, out],
-                base_value=float(est.base_value[out]),
-                instance_output_value=float(est.full_value[out]),
-                exact=est.exact,
-                n_model_evals=est.n_evaluations,
-                estimator=est.estimator,
-                error_std=None if est.error_std is None else est.error_std[:, out],
-            )
-        )
+        explanation = explain_one(game, n_players, options, budget, seed, model, target)
+        if not 0 <= explanation.output_index < model.n_outputs:
+            raise OptionError(f"target out of range for {model.n_outputs} outputs")
+        explanations.append(explanation)
     echo = options.model_dump()
     echo["masker"] = masker_echo
     if model.modality != "image":
         echo.pop("patch_size")
-    return ExplainResult(tuple(explanations), tuple(names), echo, budget)
+    if options.index == "SV":
+        echo.pop("max_order")
+    additive = options.index in interactions.EFFICIENT
+    return ExplainResult(tuple(explanations), tuple(names), echo, budget, additive)
+
+
+def _shapley_one(
+    game: MaskedModelGame,
+    n_players: int,
+    options: ShapleyOptions,
+    budget: int,
+    seed: int,
+    model: Model,
+    target: int | None,
+) -> Explanation:
+    est = shapley_values(
+        game,
+        n_players,
+        estimator=options.estimator,
+        budget=budget,
+        seed=seed,
+        sampler=options.sampler,
+    )
+    out = target
+    if out is None:
+        out = int(np.argmax(est.full_value)) if model.task == "classification" else 0
+    return Explanation(
+        output_index=out,
+        values=est.values[:, out],
+        base_value=float(est.base_value[out]),
+        instance_output_value=float(est.full_value[out]),
+        exact=est.exact,
+        n_model_evals=est.n_evaluations,
+        estimator=est.estimator,
+        error_std=None if est.error_std is None else est.error_std[:, out],
+    )
+
+
+def _interactions_one(
+    game: MaskedModelGame,
+    n_players: int,
+    options: ShapleyOptions,
+    budget: int,
+    seed: int,
+    model: Model,
+    target: int | None,
+) -> Explanation:
+    output = target if target is not None or model.task == "classification" else 0
+    res = interactions.interaction_values(
+        game,
+        n_players,
+        index=options.index,
+        max_order=min(options.max_order, n_players),
+        estimator=options.estimator,
+        budget=budget,
+        seed=seed,
+        output=output,
+    )
+    out = target if target is not None else res.output
+    return Explanation(
+        output_index=out,
+        values=res.first_order(n_players),
+        base_value=res.baseline_value,
+        instance_output_value=res.full_value,
+        exact=res.exact,
+        n_model_evals=res.n_evaluations,
+        estimator=res.estimator,
+        interactions={
+            "index": res.index,
+            "max_order": res.max_order,
+            "values": {",".join(map(str, key)): v for key, v in res.values.items()},
+        },
+    )
 
 
 __all__ = ["ExplainerError", "ShapleyOptions", "explain", "shapley_values"]

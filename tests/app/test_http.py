@@ -89,7 +89,7 @@ def test_dict_rows_and_target_name(client: TestClient, registry: ModelRegistry) 
     model = registry.get("breast-cancer-mlp")
     row = model.background[0]  # type: ignore[index]
     as_dict = dict(zip(model.feature_names, row.tolist(), strict=True))
-    base = {"budget": 4000, "parameters": {"estimator": "kernel"}}
+    base = {"budget": 8000, "parameters": {"estimator": "kernel"}}
     a = explain(
         client,
         "/v2/models/breast-cancer-mlp/explain/shapley",
@@ -102,7 +102,7 @@ def test_dict_rows_and_target_name(client: TestClient, registry: ModelRegistry) 
     )
     assert a["data"]["explanations"][0]["values"] == b["data"]["explanations"][0]["values"]
     e = a["data"]["explanations"][0]
-    assert e["output_name"] == "benign" and e["n_model_evals"] <= 4000
+    assert e["output_name"] == "benign" and e["n_model_evals"] <= 8000
     assert e["error_std"] is not None and len(e["error_std"]) == 30
     assert e["approximation_error"] < 1e-6  # the efficiency constraint holds exactly
 
@@ -113,7 +113,7 @@ def test_default_target_is_predicted_class(client: TestClient, registry: ModelRe
     body = explain(
         client,
         "/v2/models/breast-cancer-mlp/explain/shapley",
-        {"inputs": rows.tolist(), "budget": 5000},
+        {"inputs": rows.tolist(), "budget": 8000},
     )
     predicted = model.predict(rows).argmax(axis=1)
     assert [e["output_index"] for e in body["data"]["explanations"]] == predicted.tolist()
@@ -285,3 +285,28 @@ def test_nan_oversize_unknown(client: TestClient) -> None:
 def test_metrics(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert "explain_requests_total" in text and "model_evals_total" in text
+
+
+def test_interactions_through_http(client: TestClient) -> None:
+    row = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
+    body = explain(client, DIABETES, {"inputs": [row], "parameters": {"index": "k-SII"}})
+    e = body["data"]["explanations"][0]
+    assert body["meta"]["additive"] and e["exact"]
+    assert body["meta"]["parameters"]["index"] == "k-SII"
+    inter = e["interactions"]
+    assert inter["index"] == "k-SII" and inter["max_order"] == 2
+    assert len(inter["values"]) == 10 + 45 and "0,1" in inter["values"]
+    assert e["values"] == [inter["values"][str(i)] for i in range(10)]
+    assert e["approximation_error"] < 1e-8
+    sii = explain(client, DIABETES, {"inputs": [row], "parameters": {"index": "SII"}})
+    assert sii["meta"]["additive"] is False
+    sampled = explain(
+        client,
+        "/v2/models/breast-cancer-mlp/explain/shapley",
+        {"inputs": [[10.0] * 30], "budget": 20000, "parameters": {"index": "FSII"}},
+    )
+    e = sampled["data"]["explanations"][0]
+    assert not e["exact"] and e["n_model_evals"] <= 20000
+    assert len(e["interactions"]["values"]) == 30 + 435
+    r = client.post(DIABETES, json={"inputs": [row], "parameters": {"estimator": "svarm"}})
+    assert r.status_code == 400

@@ -1,0 +1,230 @@
+"""Shapley interaction indices: exact from Möbius coefficients, sampled through shapiq.
+
+SII: Grabisch & Roubens (1999); k-SII: Bordt & von Luxburg (2023); STII: Sundararajan et al.
+(2020); FSII: Tsai, Yeh & Ravikumar (2023); FBII: Tsai et al. (2023). Sampled estimators:
+shapiq (Muschalik et al. 2024) approximators run on our metered game.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import comb
+from typing import Any
+
+import numpy as np
+from scipy.special import bernoulli
+
+from explainers.budget import default_budget
+from explainers.estimators import exact as exact_estimator
+from explainers.explanation import OptionError
+from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
+from explainers.mobius import mobius_transform, popcounts
+
+INDICES = ("SV", "SII", "k-SII", "STII", "FSII", "FBII")
+EFFICIENT = frozenset({"SV", "k-SII", "STII", "FSII"})  # sum of all terms = v(N) - v(empty)
+
+
+def _fsii(s: int, t: int, k: int) -> float:
+    return (-1) ** (k - t) * t / (k + t) * comb(k, t) * comb(s - 1, k) / comb(s + k - 1, k + t)
+
+
+def distribution_weights(index: str, n: int, k: int) -> np.ndarray:
+    """W[s, t]: the share of a size-s Möbius coefficient given to each size-t subset. [n+1, k+1]"""
+    w = np.zeros((n + 1, k + 1))
+    b = bernoulli(k)  # B_0 = 1, B_1 = -1/2, ...
+    for s in range(1, n + 1):
+        for t in range(1, min(k, s) + 1):
+            if index in ("SV", "SII"):
+                w[s, t] = 1 / (s - t + 1)
+            elif index == "k-SII":  # SII aggregated with Bernoulli weights, folded per size
+                w[s, t] = sum(
+                    comb(s - t, j) * b[j] / (s - t - j + 1) for j in range(min(k, s) - t + 1)
+                )
+            elif s <= k:  # STII, FSII, FBII keep low-order coefficients where they are
+                w[s, t] = float(s == t)
+            elif index == "STII":
+                w[s, t] = 1 / comb(s, k) if t == k else 0.0
+            elif index == "FSII":
+                w[s, t] = _fsii(s, t, k)
+            elif index == "FBII":
+                w[s, t] = (-1) ** (k - t) * 0.5 ** (s - t) * comb(s - t - 1, k - t)
+    return w
+
+
+def superset_sums(values: np.ndarray) -> np.ndarray:
+    """Z(T) = sum over S containing T of values(S), in O(n 2^n). [2^n, c]"""
+    z = np.array(values, dtype=np.float64, copy=True)
+    n = z.shape[0].bit_length() - 1
+    for i in range(n):
+        view = z.reshape(-1, 2, 1 << i, *z.shape[1:])
+        view[:, 0] += view[:, 1]
+    return z
+
+
+def _members(mask: int, n: int) -> tuple[int, ...]:
+    return tuple(i for i in range(n) if mask >> i & 1)
+
+
+def from_table(
+    table: np.ndarray, index: str, max_order: int
+) -> tuple[dict[tuple[int, ...], np.ndarray], np.ndarray]:
+    """Exact interactions of order 1..max_order and the baseline from v over all coalitions."""
+    n = table.shape[0].bit_length() - 1
+    k = 1 if index == "SV" else max_order
+    dividends = mobius_transform(table)  # [2^n, c]
+    sizes = popcounts(n)
+    w = distribution_weights(index, n, k)
+    out: dict[tuple[int, ...], np.ndarray] = {}
+    for t in range(1, min(k, n) + 1):
+        sums = superset_sums(dividends * w[sizes, t][:, None])
+        for mask in np.flatnonzero(sizes == t):
+            out[_members(int(mask), n)] = sums[mask]
+    baseline = dividends[0].copy()
+    if index == "FBII":  # the empty set absorbs part of each higher-order coefficient
+        high = sizes > k
+        share = (
+            (-1) ** k * 0.5 ** sizes[high] * np.array([comb(int(s) - 1, k) for s in sizes[high]])
+        )
+        baseline = baseline + (share[:, None] * dividends[high]).sum(axis=0)
+    return dict(sorted(out.items(), key=lambda kv: (len(kv[0]), kv[0]))), baseline
+
+
+@dataclass(frozen=True)
+class InteractionResult:
+    """Interaction values keyed by player tuples (orders 1..max_order) with provenance."""
+
+    values: dict[tuple[int, ...], float]
+    index: str
+    max_order: int
+    baseline_value: float  # v(empty), or FBII's empty-set term
+    full_value: float  # v(all)
+    exact: bool
+    n_evaluations: int
+    estimator: str
+    output: int  # the game output explained
+
+    def first_order(self, n_players: int) -> np.ndarray:
+        return np.array([self.values.get((i,), 0.0) for i in range(n_players)])
+
+    @property
+    def efficiency_gap(self) -> float:
+        return abs(sum(self.values.values()) + self.baseline_value - self.full_value)
+
+
+def _approximators() -> dict[tuple[str, str], Callable[..., Any]]:
+    import shapiq  # heavy; only for sampled interactions
+
+    return {
+        ("SII", "kernel"): lambda n, k, s: shapiq.KernelSHAPIQ(n, k, "SII", random_state=s),
+        ("k-SII", "kernel"): lambda n, k, s: shapiq.KernelSHAPIQ(n, k, "k-SII", random_state=s),
+        ("FSII", "kernel"): lambda n, k, s: shapiq.RegressionFSII(n, k, random_state=s),
+        ("FBII", "kernel"): lambda n, k, s: shapiq.RegressionFBII(n, k, random_state=s),
+        ("SII", "svarm"): lambda n, k, s: shapiq.SVARMIQ(n, k, "SII", random_state=s),
+        ("k-SII", "svarm"): lambda n, k, s: shapiq.SVARMIQ(n, k, "k-SII", random_state=s),
+        ("STII", "svarm"): lambda n, k, s: shapiq.SVARMIQ(n, k, "STII", random_state=s),
+        ("SII", "permutation"): lambda n, k, s: shapiq.PermutationSamplingSII(
+            n, k, "SII", random_state=s
+        ),
+        ("k-SII", "permutation"): lambda n, k, s: shapiq.PermutationSamplingSII(
+            n, k, "k-SII", random_state=s
+        ),
+        ("STII", "permutation"): lambda n, k, s: shapiq.PermutationSamplingSTII(
+            n, k, random_state=s
+        ),
+    }
+
+
+SAMPLED_ESTIMATORS = ("kernel", "svarm", "permutation")
+_DEFAULT_SAMPLED = {
+    "SV": "kernel",
+    "SII": "kernel",
+    "k-SII": "kernel",
+    "STII": "svarm",
+    "FSII": "kernel",
+    "FBII": "kernel",
+}
+
+
+def interaction_values(
+    game: Game,
+    n_players: int,
+    *,
+    index: str,
+    max_order: int = 2,
+    estimator: str = "auto",
+    budget: int | None = None,
+    seed: int = 0,
+    output: int | None = 0,
+) -> InteractionResult:
+    """Interaction index values of `game` for one output (`output`; None = v(all)'s argmax)."""
+    if index not in INDICES:
+        raise OptionError(f"unknown index {index!r}; use one of {INDICES}")
+    if not 1 <= max_order <= n_players:
+        raise OptionError(f"max_order must be between 1 and {n_players}")
+    k = 1 if index == "SV" else max_order
+    cost = rows_per_coalition(game)
+    if budget is None:
+        budget = default_budget(n_players, cost, "exact" if estimator == "exact" else "auto")
+    coalitions = budget // cost
+    fits = n_players <= exact_estimator.MAX_PLAYERS and (1 << n_players) <= coalitions
+    if estimator == "auto":
+        estimator = "exact" if fits else _DEFAULT_SAMPLED[index]
+    if estimator == "exact":
+        if not fits:
+            raise BudgetError(
+                f"exact needs all {1 << n_players} coalitions ({(1 << n_players) * cost} model "
+                f"evaluations) and at most {exact_estimator.MAX_PLAYERS} players"
+            )
+        recorder = GameRecorder(game, n_players, budget)
+        table = exact_estimator.value_table(recorder)
+        column = int(np.argmax(table[-1])) if output is None else output
+        values, baseline = from_table(table[:, [column]], index, k)
+        return InteractionResult(
+            {key: float(v[0]) for key, v in values.items()},
+            index,
+            k,
+            float(baseline[0]),
+            float(table[-1, column]),
+            True,
+            recorder.n_evaluations,
+            "exact",
+            column,
+        )
+    if index == "SV":
+        raise OptionError("sampled SV: use the shapley estimators (index SV with kernel)")
+    make = _approximators().get((index, estimator))
+    if make is None:
+        raise OptionError(f"estimator {estimator!r} is not available for {index}")
+    if coalitions < 2 * n_players:
+        raise BudgetError(
+            f"budget pays for {coalitions} coalitions; at least {2 * n_players} needed"
+        )
+    recorder = GameRecorder(game, n_players, budget)
+    ends = np.zeros((2, n_players), dtype=bool)
+    ends[1] = True
+    v_ends = recorder(ends)
+    column = int(np.argmax(v_ends[1])) if output is None else output
+
+    def scalar(masks: np.ndarray) -> np.ndarray:
+        masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+        return recorder(masks)[:, column]
+
+    approximator = make(n_players, k, seed)
+    approx = approximator.approximate(coalitions, scalar)
+    estimated = {
+        tuple(int(p) for p in key): float(approx.values[pos])
+        for key, pos in approx.interaction_lookup.items()
+        if 1 <= len(key) <= k
+    }
+    return InteractionResult(
+        dict(sorted(estimated.items(), key=lambda kv: (len(kv[0]), kv[0]))),
+        index,
+        k,
+        float(v_ends[0, column]),
+        float(v_ends[1, column]),
+        False,
+        recorder.n_evaluations,
+        f"{estimator} (shapiq {type(approximator).__name__})",
+        column,
+    )
