@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from explainers import interactions
+from explainers import api_allocation, interactions
 from explainers.budget import default_budget
 from explainers.estimators import exact, kernel, permutation
 from explainers.estimators.base import Estimate
@@ -108,8 +108,13 @@ class ShapleyOptions(BaseModel):
         description="auto: exact when 2^n coalitions fit the budget, else kernel (SV) or the "
         "index's default sampler; svarm is for interaction indices only",
     )
-    index: Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII"] = Field(
-        "SV", description="SV: Shapley values; otherwise an interaction index up to max_order"
+    index: Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII", "API"] = Field(
+        "SV",
+        description="SV: Shapley values; API: aggregated positive interactions (not additive); "
+        "otherwise an interaction index up to max_order",
+    )
+    api_variant: Literal["chain", "moebius"] = Field(
+        "chain", description="API rule: positive pairwise chain terms, or positive Möbius shares"
     )
     max_order: int = Field(2, ge=1, le=4, description="highest interaction order (not for SV)")
     sampler: Literal["kernel", "leverage"] = Field(
@@ -177,7 +182,7 @@ def explain(
     budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
     if options.index == "SV":
         choose_estimator(options.estimator, n_players, budget, cost)  # fail before model calls
-    explain_one = _shapley_one if options.index == "SV" else _interactions_one
+    explain_one = {"SV": _shapley_one, "API": _api_one}.get(options.index, _interactions_one)
     explanations = []
     for x in inputs:
         game = MaskedModelGame(model.predict, x, references, groups, model.batch_size)
@@ -189,8 +194,10 @@ def explain(
     echo["masker"] = masker_echo
     if model.modality != "image":
         echo.pop("patch_size")
-    if options.index == "SV":
+    if options.index in ("SV", "API"):
         echo.pop("max_order")
+    if options.index != "API":
+        echo.pop("api_variant")
     additive = options.index in interactions.EFFICIENT
     return ExplainResult(tuple(explanations), tuple(names), echo, budget, additive)
 
@@ -224,6 +231,36 @@ def _shapley_one(
         n_model_evals=est.n_evaluations,
         estimator=est.estimator,
         error_std=None if est.error_std is None else est.error_std[:, out],
+    )
+
+
+def _api_one(
+    game: MaskedModelGame,
+    n_players: int,
+    options: ShapleyOptions,
+    budget: int,
+    seed: int,
+    model: Model,
+    target: int | None,
+) -> Explanation:
+    if options.estimator not in ("auto", "exact", "permutation"):
+        raise OptionError("API supports the estimators auto, exact and permutation")
+    recorder = GameRecorder(game, n_players, budget)
+    res = api_allocation.api_values(
+        recorder, np.random.default_rng(seed), options.api_variant, options.estimator
+    )
+    out = target
+    if out is None:
+        out = int(np.argmax(res.full_value)) if model.task == "classification" else 0
+    return Explanation(
+        output_index=out,
+        values=res.values[:, out],
+        base_value=float(res.base_value[out]),
+        instance_output_value=float(res.full_value[out]),
+        exact=res.exact,
+        n_model_evals=res.n_evaluations,
+        estimator=res.estimator,
+        error_std=None if res.error_std is None else res.error_std[:, out],
     )
 
 

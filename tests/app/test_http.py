@@ -310,3 +310,13 @@ def test_interactions_through_http(client: TestClient) -> None:
     assert len(e["interactions"]["values"]) == 30 + 435
     r = client.post(DIABETES, json={"inputs": [row], "parameters": {"estimator": "svarm"}})
     assert r.status_code == 400
+
+
+def test_api_allocation_through_http(client: TestClient) -> None:
+    row = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
+    sv = explain(client, DIABETES, {"inputs": [row]})["data"]["explanations"][0]["values"]
+    body = explain(client, DIABETES, {"inputs": [row], "parameters": {"index": "API"}})
+    assert body["meta"]["additive"] is False
+    assert body["meta"]["parameters"]["api_variant"] == "chain"
+    e = body["data"]["explanations"][0]
+    assert e["exact"] and all(a >= s - 1e-9 for a, s in zip(e["values"], sv, strict=True))

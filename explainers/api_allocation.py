@@ -1,0 +1,126 @@
+"""Aggregated positive interactions (API): an allocation that does not let negative
+interactions cancel a player's decisive effect.
+
+Chang, Lee & Choi (ICLR 2025), "Rethinking Shapley Value for Negative Interactions in Non-convex
+Games". No reference code was found: the two rules below are our reconstruction from the paper's
+published summary (METHODS.md 1b), not the authors' code.
+
+* chain (default): psi_i = Delta_i(empty) + E_pi[ sum_m max(0, I_{i p_m}(P_{m-1})) ], the
+  Shapley marginal of i telescoped over the players p_1..p_k before it, keeping only positive
+  second-order terms I_ij(S) = v(S+i+j) - v(S+i) - v(S+j) + v(S).
+* moebius: psi_i = sum over T containing i of max(m(T), 0) / |T|.
+Both equal Shapley values on convex games and exceed them elsewhere; efficiency is given up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import factorial
+
+import numpy as np
+
+from explainers.estimators.exact import MAX_PLAYERS, value_table
+from explainers.explanation import OptionError
+from explainers.games import BudgetError, GameRecorder
+from explainers.mobius import mobius_transform, popcounts, shapley_from_mobius
+
+VARIANTS = ("chain", "moebius")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    values: np.ndarray  # [n, k]
+    base_value: np.ndarray  # [k]
+    full_value: np.ndarray  # [k]
+    exact: bool
+    n_evaluations: int
+    estimator: str
+    error_std: np.ndarray | None = None
+
+
+def chain_from_table(table: np.ndarray) -> np.ndarray:
+    """Exact chain-rule API from v over all coalitions [2^n, k]. [n, k]"""
+    n = table.shape[0].bit_length() - 1
+    sizes = popcounts(n)
+    # P(the players before j are exactly S, and i comes after j) = |S|! (n-|S|-1)! / n!
+    weight = np.array([factorial(s) * factorial(n - s - 1) / factorial(n) for s in range(n)])
+    index = np.arange(1 << n)
+    psi = np.zeros((n, table.shape[1]))
+    for i in range(n):
+        psi[i] = table[1 << i] - table[0]
+        for j in range(n):
+            if j == i:
+                continue
+            s = index[(index >> i & 1) == 0]
+            s = s[(s >> j & 1) == 0]  # coalitions without i and j
+            inter = table[s | 1 << i | 1 << j] - table[s | 1 << i] - table[s | 1 << j] + table[s]
+            psi[i] += (weight[sizes[s]][:, None] * np.maximum(inter, 0)).sum(axis=0)
+    return psi
+
+
+def moebius_from_table(table: np.ndarray) -> np.ndarray:
+    """Shapley shares of the positive Möbius coefficients only. [n, k]"""
+    dividends = mobius_transform(table)
+    return shapley_from_mobius(np.maximum(dividends, 0))
+
+
+def _permutation_chain(recorder: GameRecorder, rng: np.random.Generator) -> Allocation:
+    """Monte-Carlo chain API over sampled permutations (n(n+1)/2 coalitions each)."""
+    n = recorder.n_players
+    per_perm = n * (n + 1) // 2
+    remaining = recorder.remaining
+    n_perms = 64 if remaining is None else (remaining - 1) // per_perm
+    if n_perms < 1:
+        raise BudgetError(f"API needs at least {per_perm + 1} coalitions for {n} players")
+    eye = np.eye(n, dtype=bool)
+    estimates = []
+    base = full = np.zeros(0)
+    for _ in range(n_perms):
+        order = rng.permutation(n)
+        prefixes = np.zeros((n + 1, n), dtype=bool)  # prefix_m = first m players of order
+        for m in range(1, n + 1):
+            prefixes[m] = prefixes[m - 1]
+            prefixes[m, order[m - 1]] = True
+        # Coalition prefix_m + order[r] for m <= r: grid[r, m]
+        grid = prefixes[None, :n, :] | eye[order][:, None, :]  # [r, m, n]
+        u = recorder(prefixes)  # [n+1, k]
+        w = recorder(grid.reshape(-1, n)).reshape(n, n, -1)  # [r, m, k]
+        psi = np.zeros((n, u.shape[1]))
+        for r in range(n):
+            gains = w[r, 1 : r + 1] - w[r, :r] - u[1 : r + 1] + u[:r]
+            psi[order[r]] = w[r, 0] - u[0] + np.maximum(gains, 0).sum(axis=0)
+        estimates.append(psi)
+        base, full = u[0], u[-1]
+    stacked = np.stack(estimates)
+    error = stacked.std(axis=0, ddof=1) / np.sqrt(len(estimates)) if len(estimates) > 1 else None
+    return Allocation(
+        stacked.mean(axis=0), base, full, False, recorder.n_evaluations, "permutation", error
+    )
+
+
+def api_values(
+    recorder: GameRecorder,
+    rng: np.random.Generator,
+    variant: str = "chain",
+    estimator: str = "auto",
+) -> Allocation:
+    """API allocation of the recorded game: exact when 2^n fits, else Monte-Carlo (chain)."""
+    if variant not in VARIANTS:
+        raise OptionError(f"unknown API variant {variant!r}; use one of {VARIANTS}")
+    n = recorder.n_players
+    remaining = recorder.remaining
+    fits = n <= MAX_PLAYERS and (remaining is None or (1 << n) <= remaining)
+    if estimator == "auto":
+        estimator = "exact" if fits else "permutation"
+    if estimator == "exact":
+        if not fits:
+            raise BudgetError(f"exact API needs all {1 << n} coalitions")
+        table = value_table(recorder)
+        rule = chain_from_table if variant == "chain" else moebius_from_table
+        return Allocation(rule(table), table[0], table[-1], True, recorder.n_evaluations, "exact")
+    if estimator != "permutation" or variant != "chain":
+        raise BudgetError(
+            "sampled API is the permutation estimator of the chain variant; the moebius variant "
+            "needs all 2^n coalitions"
+        )
+    return _permutation_chain(recorder, rng)
