@@ -70,6 +70,11 @@ class ExplainMeta(BaseModel):
     compute_ms: float
     cache: Literal["hit", "miss", "bypass"]
     parameters: dict[str, Any]
+    background_audit: dict[str, Any] | None = Field(
+        None,
+        description="when the request sends its own background: KS and Wald tests of model "
+        "outputs on it against the model's reference data (Fool SHAP, ICLR 2023)",
+    )
 
 
 class ExplainData(BaseModel):

@@ -179,6 +179,7 @@ class ExplainService:
                 "compute_ms": round(elapsed_ms, 3),
                 "cache": cache,
                 "parameters": result.parameters,
+                **result.meta,
             },
             "data": {
                 "feature_names": list(result.player_names),

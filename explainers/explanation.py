@@ -48,3 +48,4 @@ class ExplainResult:
     parameters: dict[str, Any] = field(default_factory=dict)
     budget: int = 0  # per instance, after defaults
     additive: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)  # extra facts for the response meta

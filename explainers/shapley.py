@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from explainers import api_allocation, interactions
+from explainers import api_allocation, audit, interactions
 from explainers.budget import default_budget
 from explainers.estimators import exact, kernel, permutation
 from explainers.estimators.base import Estimate
@@ -199,7 +199,31 @@ def explain(
     if options.index != "API":
         echo.pop("api_variant")
     additive = options.index in interactions.EFFICIENT
-    return ExplainResult(tuple(explanations), tuple(names), echo, budget, additive)
+    meta = {}
+    if background is not None:
+        outputs = sorted({e.output_index for e in explanations})
+        meta["background_audit"] = _audit(model, background, outputs, seed)
+    return ExplainResult(tuple(explanations), tuple(names), echo, budget, additive, meta)
+
+
+def _audit(
+    model: Model, background: np.ndarray, outputs: list[int], seed: int
+) -> dict[str, Any] | None:
+    """Fool-SHAP tests of a supplied background against the model's reference data."""
+    reference = model.reference if model.reference is not None else model.background
+    if reference is None:
+        return None
+    f_bg, f_ref = model.predict(background), model.predict(reference)
+    rng = np.random.default_rng(seed)
+    per_output = [
+        {"output_index": k, **audit.audit_outputs(f_bg[:, k], f_ref[:, k], rng)} for k in outputs
+    ]
+    return {
+        "suspicious": any(a["suspicious"] for a in per_output),
+        "outputs": per_output,
+        "n_model_evals": len(background) + len(reference),
+        "reference": "training split" if model.reference is not None else "model background",
+    }
 
 
 def _shapley_one(

@@ -49,6 +49,7 @@ class Model:
     platform: str = "pytorch"
     version: str = ""  # filled from the weights when empty
     info: dict[str, Any] = field(default_factory=dict)  # provenance: dataset, seed, metrics
+    reference: np.ndarray | None = None  # [rows, *input_shape] data the model's users send
 
     def __post_init__(self) -> None:
         if not self.version:

@@ -354,6 +354,7 @@ def load_builtin(name: str, cache_dir: Path) -> Model:
             "training split",
         },
         batch_size=spec.batch_size,
+        reference=split.x_train,
         info={
             "dataset": spec.description,
             "seed": cfg.seed,

@@ -320,3 +320,24 @@ def test_api_allocation_through_http(client: TestClient) -> None:
     assert body["meta"]["parameters"]["api_variant"] == "chain"
     e = body["data"]["explanations"][0]
     assert e["exact"] and all(a >= s - 1e-9 for a, s in zip(e["values"], sv, strict=True))
+
+
+def test_background_audit_in_meta(client: TestClient, registry: ModelRegistry) -> None:
+    model = registry.get("breast-cancer-mlp")
+    assert model.reference is not None
+    row = model.reference[0].tolist()
+    plain = explain(
+        client, "/v2/models/breast-cancer-mlp/explain/shapley", {"inputs": [row], "budget": 10000}
+    )
+    assert "background_audit" not in plain["meta"]
+    own = model.reference[50:90].tolist()
+    body = explain(
+        client,
+        "/v2/models/breast-cancer-mlp/explain/shapley",
+        {"inputs": [row], "budget": 10000, "background": own},
+    )
+    audit = body["meta"]["background_audit"]
+    assert audit["reference"] == "training split"
+    assert audit["outputs"][0]["output_index"] == body["data"]["explanations"][0]["output_index"]
+    assert audit["outputs"][0]["background_rows"] == 40
+    assert isinstance(audit["suspicious"], bool)
