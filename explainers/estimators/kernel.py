@@ -56,8 +56,11 @@ class Design:
 
 
 def _full_size(n: int, size: int) -> np.ndarray:
-    idx = np.array([sum(1 << i for i in c) for c in combinations(range(n), size)], dtype=np.int64)
-    return ((idx[:, None] >> np.arange(n)) & 1).astype(bool)
+    """Every coalition of one size. [C(n, size), n]"""
+    members = np.array(list(combinations(range(n), size)), dtype=np.int64).reshape(-1, size)
+    masks = np.zeros((members.shape[0], n), dtype=bool)
+    np.put_along_axis(masks, members, True, axis=1)
+    return masks
 
 
 def design(n: int, coalitions: int, sampler: str, rng: np.random.Generator) -> Design:
@@ -93,45 +96,41 @@ def design(n: int, coalitions: int, sampler: str, rng: np.random.Generator) -> D
     q = q / q.sum()
     sizes = np.array(groups)
     incl = q * np.where(2 * sizes == n, 2, 1) / np.array([comb(n, int(s)) for s in sizes])
-    seen: set[bytes] = set()
-    rows: list[np.ndarray] = []
-    draws: list[np.ndarray] = []  # [pairs, 2, n] accepted draws, in order
+    seen: dict[bytes, int] = {}  # canonical pair key -> pair row (rows 2p and 2p+1)
+    rows: list[np.ndarray] = []  # [pairs_i, 2, n] new distinct pairs per round
+    draw_pairs: list[np.ndarray] = []  # pair row of every accepted draw, in draw order
     draw_groups: list[np.ndarray] = []
-    n_pairs = 0
     for _ in range(64):  # rounds; late rounds mostly hit coalitions already drawn
         if left < 2:
             break
         batch = max(left, 16)
         g = rng.choice(len(groups), size=batch, p=q)
         picked = np.argsort(rng.random((batch, n)), axis=1) < sizes[g][:, None]
-        pairs = np.stack([picked, ~picked], axis=1)  # [batch, 2, n]
         canonical = np.where(picked[:, :1], picked, ~picked)  # one key per complement pair
         packed = np.packbits(canonical, axis=1)
-        keys = packed.view(f"V{packed.shape[1]}").ravel().tolist()
-        accepted = 0
-        for key, pair in zip(keys, pairs, strict=True):
-            if key not in seen:
-                if left < 2:
-                    break
-                seen.add(key)
-                rows.extend(pair)
-                left -= 2
-            accepted += 1
-        draws.append(pairs[:accepted])
-        draw_groups.append(g[:accepted])
-        n_pairs += accepted
-    if not rows:
+        uniq, first, inverse = np.unique(
+            packed.view(f"V{packed.shape[1]}").ravel(), return_index=True, return_inverse=True
+        )
+        known = np.array([seen.get(k, -1) for k in uniq.tolist()], dtype=np.int64)
+        fresh = np.flatnonzero(known < 0)
+        fresh = fresh[np.argsort(first[fresh])]  # in order of first draw
+        take = fresh[: left // 2]
+        # Draws are accepted in order up to the first new pair that no longer fits.
+        cutoff = int(first[fresh[left // 2]]) if len(fresh) > left // 2 else batch
+        known[take] = len(seen) + np.arange(len(take))
+        seen.update(zip(uniq[take].tolist(), known[take].tolist(), strict=True))
+        new = canonical[first[take]]
+        rows.append(np.stack([new, ~new], axis=1))
+        draw_pairs.append(known[inverse.ravel()[:cutoff]])
+        draw_groups.append(g[:cutoff])
+        left -= 2 * len(take)
+    if not seen:
         return Design(enumerated, fixed, np.zeros((0, n), bool), empty, np.zeros(0), 0)
-    sampled = np.stack(rows)
-    all_draws = np.concatenate(draws).reshape(-1, n)  # [2 * pairs, n]
-    packed_rows = np.packbits(sampled, axis=1)
-    index = {
-        k: i for i, k in enumerate(packed_rows.view(f"V{packed_rows.shape[1]}").ravel().tolist())
-    }
-    packed_draws = np.packbits(all_draws, axis=1)
-    coalition = np.array(
-        [index[k] for k in packed_draws.view(f"V{packed_draws.shape[1]}").ravel().tolist()]
-    )
+    sampled = np.concatenate(rows).reshape(-1, n)
+    pair_rows = np.concatenate(draw_pairs)
+    n_pairs = pair_rows.shape[0]
+    coalition = np.stack([2 * pair_rows, 2 * pair_rows + 1], axis=1).ravel()
+    all_draws = sampled[coalition]  # the two members of each pair weigh the same
     kernel_w = np.array([_size_weight(n, s) for s in range(n + 1) if 0 < s < n])
     draw_w = kernel_w[all_draws.sum(axis=1) - 1] / np.repeat(incl[np.concatenate(draw_groups)], 2)
     return Design(
@@ -210,17 +209,11 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
         a_s = sum(p[0] for p in parts)
         b_s = sum(p[1] for p in parts)
         if groups > 1:
-            sizes = np.diff(bounds) / 2
-            loo = np.stack(
-                [
-                    _solve(
-                        a + (a_s - ag) * plan.n_pairs / (plan.n_pairs - m),
-                        b + (b_s - bg) * plan.n_pairs / (plan.n_pairs - m),
-                        total,
-                    )
-                    for (ag, bg), m in zip(parts, sizes, strict=True)
-                ]
-            )
+            scale = plan.n_pairs / (plan.n_pairs - np.diff(bounds) / 2)[:, None, None]
+            a_loo = a + (a_s - np.stack([p[0] for p in parts])) * scale  # [groups, n-1, n-1]
+            b_loo = b + (b_s - np.stack([p[1] for p in parts])) * scale  # [groups, n-1, k]
+            head = np.linalg.pinv(a_loo, rcond=1e-12, hermitian=True) @ b_loo
+            loo = np.concatenate([head, total - head.sum(axis=1, keepdims=True)], axis=1)
             spread = ((loo - loo.mean(axis=0)) ** 2).sum(axis=0) * (groups - 1) / groups
             error = np.sqrt(spread)
         a, b = a + a_s, b + b_s
