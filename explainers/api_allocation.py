@@ -14,28 +14,17 @@ Both equal Shapley values on convex games and exceed them elsewhere; efficiency 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import factorial
 
 import numpy as np
 
+from explainers.estimators.base import Estimate
 from explainers.estimators.exact import MAX_PLAYERS, value_table
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, GameRecorder
 from explainers.mobius import mobius_transform, popcounts, shapley_from_mobius
 
 VARIANTS = ("chain", "moebius")
-
-
-@dataclass(frozen=True)
-class Allocation:
-    values: np.ndarray  # [n, k]
-    base_value: np.ndarray  # [k]
-    full_value: np.ndarray  # [k]
-    exact: bool
-    n_evaluations: int
-    estimator: str
-    error_std: np.ndarray | None = None
 
 
 def chain_from_table(table: np.ndarray) -> np.ndarray:
@@ -64,7 +53,7 @@ def moebius_from_table(table: np.ndarray) -> np.ndarray:
     return shapley_from_mobius(np.maximum(dividends, 0))
 
 
-def _permutation_chain(recorder: GameRecorder, rng: np.random.Generator) -> Allocation:
+def _permutation_chain(recorder: GameRecorder, rng: np.random.Generator) -> Estimate:
     """Monte-Carlo chain API over sampled permutations (n(n+1)/2 coalitions each)."""
     n = recorder.n_players
     per_perm = n * (n + 1) // 2
@@ -93,8 +82,15 @@ def _permutation_chain(recorder: GameRecorder, rng: np.random.Generator) -> Allo
         base, full = u[0], u[-1]
     stacked = np.stack(estimates)
     error = stacked.std(axis=0, ddof=1) / np.sqrt(len(estimates)) if len(estimates) > 1 else None
-    return Allocation(
-        stacked.mean(axis=0), base, full, False, recorder.n_evaluations, "permutation", error
+    return Estimate(
+        stacked.mean(axis=0),
+        base,
+        full,
+        False,
+        recorder.n_evaluations,
+        recorder.n_coalitions,
+        "permutation",
+        error,
     )
 
 
@@ -103,7 +99,7 @@ def api_values(
     rng: np.random.Generator,
     variant: str = "chain",
     estimator: str = "auto",
-) -> Allocation:
+) -> Estimate:
     """API allocation of the recorded game: exact when 2^n fits, else Monte-Carlo (chain)."""
     if variant not in VARIANTS:
         raise OptionError(f"unknown API variant {variant!r}; use one of {VARIANTS}")
@@ -117,7 +113,15 @@ def api_values(
             raise BudgetError(f"exact API needs all {1 << n} coalitions")
         table = value_table(recorder)
         rule = chain_from_table if variant == "chain" else moebius_from_table
-        return Allocation(rule(table), table[0], table[-1], True, recorder.n_evaluations, "exact")
+        return Estimate(
+            rule(table),
+            table[0],
+            table[-1],
+            True,
+            recorder.n_evaluations,
+            recorder.n_coalitions,
+            "exact",
+        )
     if estimator != "permutation" or variant != "chain":
         raise BudgetError(
             "sampled API is the permutation estimator of the chain variant; the moebius variant "

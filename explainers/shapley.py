@@ -243,6 +243,11 @@ def _shapley_one(
         seed=seed,
         sampler=options.sampler,
     )
+    return _pick(est, model, target)
+
+
+def _pick(est: Estimate, model: Model, target: int | None) -> Explanation:
+    """One output of a multi-output estimate: the target, else the predicted class."""
     out = target
     if out is None:
         out = int(np.argmax(est.full_value)) if model.task == "classification" else 0
@@ -270,22 +275,10 @@ def _api_one(
     if options.estimator not in ("auto", "exact", "permutation"):
         raise OptionError("API supports the estimators auto, exact and permutation")
     recorder = GameRecorder(game, n_players, budget)
-    res = api_allocation.api_values(
+    est = api_allocation.api_values(
         recorder, np.random.default_rng(seed), options.api_variant, options.estimator
     )
-    out = target
-    if out is None:
-        out = int(np.argmax(res.full_value)) if model.task == "classification" else 0
-    return Explanation(
-        output_index=out,
-        values=res.values[:, out],
-        base_value=float(res.base_value[out]),
-        instance_output_value=float(res.full_value[out]),
-        exact=res.exact,
-        n_model_evals=res.n_evaluations,
-        estimator=res.estimator,
-        error_std=None if res.error_std is None else res.error_std[:, out],
-    )
+    return _pick(est, model, target)
 
 
 def _interactions_one(
