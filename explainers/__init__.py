@@ -2,6 +2,7 @@
 
 from explainers.estimators.base import Estimate
 from explainers.games import BudgetError, ExplainerError, GameRecorder
+from explainers.interactions import InteractionResult, interaction_values
 from explainers.shapley import shapley_values
 
 ShapleyResult = Estimate
@@ -11,6 +12,8 @@ __all__ = [
     "Estimate",
     "ExplainerError",
     "GameRecorder",
+    "InteractionResult",
     "ShapleyResult",
+    "interaction_values",
     "shapley_values",
 ]
