@@ -11,6 +11,7 @@ v is the log-odds of the explained class (classifiers) or the output itself (reg
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -94,14 +95,20 @@ def learn_baseline(
     z = start.clamp(-deviation, deviation).requires_grad_(True)
     xt = torch.as_tensor(x, dtype=torch.float32)
     tt = torch.as_tensor(target, dtype=torch.int64)
-    settings = {"logodds": logodds, "sample_num": sample_num, "low_order": low_order}
+    objective = partial(
+        low_order_objective,
+        module,
+        xt,
+        tt,
+        logodds=logodds,
+        sample_num=sample_num,
+        low_order=low_order,
+    )
 
     def fixed_objective() -> float:  # the same contexts every time, so values compare
         gen = torch.Generator().manual_seed(seed + 1)
         with torch.no_grad():
-            return float(
-                low_order_objective(module, xt, tt, mean + std * z, generator=gen, **settings)
-            )
+            return float(objective(mean + std * z, generator=gen))
 
     history = [fixed_objective()]
     gen = torch.Generator().manual_seed(seed)
@@ -112,7 +119,7 @@ def learn_baseline(
     try:
         for _ in range(iterations):
             optimiser.zero_grad()
-            loss = low_order_objective(module, xt, tt, mean + std * z, generator=gen, **settings)
+            loss = objective(mean + std * z, generator=gen)
             loss.backward()
             optimiser.step()
             with torch.no_grad():
