@@ -44,6 +44,11 @@ class InvalidInput(ApiError):
     code = "invalid_input"
 
 
+class Unprocessable(ApiError):
+    status = 422
+    code = "validation_error"
+
+
 class NotFound(ApiError):
     status = 404
     code = "not_found"

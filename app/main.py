@@ -14,6 +14,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors
 from app.cache import Cache, MemoryCache, RedisCache
+from app.jobs import routes as job_routes
+from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
+from app.jobs.runner import JobContext
+from app.jobs.store import JobStore
 from app.metrics import Metrics
 from app.routes import add_explain_routes, router
 from app.service import ExplainService
@@ -68,6 +72,24 @@ def make_cache(settings: Settings) -> Cache:
     return MemoryCache(settings.cache_max_entries)
 
 
+def make_queue(settings: Settings, ctx: JobContext) -> Queue:
+    backend = settings.job_queue
+    if backend == "auto":
+        backend = "celery" if settings.redis_url else "inprocess"
+    if backend == "celery":
+        if not settings.redis_url:
+            raise ValueError("JOB_QUEUE=celery needs REDIS_URL")
+        return CeleryQueue(settings.redis_url, settings.job_visibility_timeout_s)
+    return InProcessQueue(ctx, settings.job_workers)
+
+
+def resume(jobs: JobStore, queue: Queue) -> None:
+    """Queue again every chunk of unfinished jobs; chunks skip instances already stored."""
+    for job in jobs.unfinished():
+        for index in range(job.n_chunks):
+            queue.submit(job.id, index)
+
+
 def create_app(settings: Settings | None = None, registry: ModelRegistry | None = None) -> FastAPI:
     """Build the service; nothing heavy happens until the app starts."""
     settings = settings or Settings()
@@ -80,7 +102,10 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         torch.set_num_threads(settings.torch_threads)
         if settings.load_models_on_start:
             threading.Thread(target=registry.load_all, name="load-models", daemon=True).start()
+        if queue.backend == "inprocess":  # nobody else will finish what a restart interrupted
+            threading.Thread(target=resume, args=(jobs, queue), daemon=True).start()
         yield
+        queue.close()
 
     app = FastAPI(
         title="Attribution service",
@@ -89,11 +114,17 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         lifespan=lifespan,
     )
     metrics = Metrics()
+    service = ExplainService(settings, registry, make_cache(settings), metrics)
+    jobs = JobStore(settings.database_url)
+    queue = make_queue(settings, JobContext(service, jobs))
     app.state.settings = settings
-    app.state.service = ExplainService(settings, registry, make_cache(settings), metrics)
+    app.state.service = service
+    app.state.jobs = jobs
+    app.state.queue = queue
     app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
     errors.install(app)
     app.include_router(router)
+    app.include_router(job_routes.router)
     add_explain_routes(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

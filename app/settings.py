@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def _cache_root() -> Path:
+    return Path.home() / ".cache" / "attribution-service"
+
+
 def _default_model_dir() -> Path:
-    return Path.home() / ".cache" / "attribution-service" / "models"
+    return _cache_root() / "models"
+
+
+def _default_database_url() -> str:
+    _cache_root().mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{_cache_root() / 'jobs.db'}"
 
 
 class Settings(BaseSettings):
@@ -29,3 +39,13 @@ class Settings(BaseSettings):
     max_budget: int = 1 << 24  # model rows per instance
     explain_workers: int = 2
     torch_threads: int = 1
+    database_url: str = Field(
+        default_factory=_default_database_url, description="jobs and results (SQLAlchemy URL)"
+    )
+    job_queue: Literal["auto", "inprocess", "celery"] = Field(
+        "auto", description="auto: Celery workers when REDIS_URL is set, else in-process"
+    )
+    job_workers: int = 2  # in-process queue threads
+    job_chunk_size: int = 50
+    job_visibility_timeout_s: int = 300  # a killed worker's chunk is redelivered after this
+    max_job_instances: int = 100_000

@@ -1,0 +1,171 @@
+"""Job routes (API.md): submit, status, results as JSON lines, cancel, list."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.errors import ERROR_RESPONSES, NotFound, PayloadTooLarge, Unprocessable
+from app.inputs import to_array
+from app.jobs.queue import Queue
+from app.jobs.store import Job, JobStore
+from app.schemas import request_model
+from app.service import ExplainService
+
+router = APIRouter(tags=["jobs"])
+
+
+class JobRequest(BaseModel):
+    """A batch audit: one explain request's fields applied to many instances."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["audit"] = "audit"
+    model: str
+    explainer: str = "shapley"
+    inputs: list[Any] = Field(..., min_length=1)
+    target: int | str | None = None
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    budget: int | None = Field(None, ge=1)
+    background: list[Any] | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    chunk_size: int | None = Field(None, ge=1, le=10_000, description="instances per task")
+
+
+class Progress(BaseModel):
+    done: int
+    total: int
+    rate: float | None = Field(None, description="instances per second since the start")
+    eta_s: float | None = None
+
+
+class JobStatus(BaseModel):
+    id: str
+    kind: str
+    model: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    progress: Progress
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    error: str | None
+    summary: dict[str, Any] | None
+
+
+def status_of(job: Job) -> JobStatus:
+    rate = eta = None
+    if job.started_at is not None and job.done:
+        elapsed = (job.finished_at or time.time()) - job.started_at
+        rate = job.done / max(elapsed, 1e-9)
+        eta = (job.total - job.done) / rate if job.status == "running" else 0.0
+    return JobStatus(
+        id=job.id,
+        kind=job.kind,
+        model=job.model,
+        status=job.status,
+        progress=Progress(done=job.done, total=job.total, rate=rate, eta_s=eta),
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        error=job.error,
+        summary=job.summary,
+    )
+
+
+def _parts(request: Request) -> tuple[ExplainService, JobStore, Queue]:
+    state = request.app.state
+    return state.service, state.jobs, state.queue
+
+
+def _validate(svc: ExplainService, body: JobRequest, max_instances: int) -> dict[str, Any]:
+    """Fail at submission, not in a worker: model, explainer, options and every instance."""
+    if len(body.inputs) > max_instances:
+        raise PayloadTooLarge(f"at most {max_instances} instances per job")
+    model = svc.model(body.model)
+    spec = svc.explainer(model, body.explainer)
+    fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
+    try:
+        request_model(spec)(inputs=body.inputs[:1], **fields)
+    except ValidationError as exc:
+        raise Unprocessable(
+            f"invalid request for {spec.name}: {exc.errors()[0]['msg']}",
+            detail=[{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()],
+        ) from None
+    to_array(model, body.inputs, "inputs")
+    return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
+
+
+@router.post("/v2/jobs", status_code=202, responses=ERROR_RESPONSES)
+async def submit(
+    request: Request,
+    body: JobRequest,
+    idempotency_key: str | None = Header(None, max_length=200),
+) -> JSONResponse:
+    svc, store, queue = _parts(request)
+    settings = request.app.state.settings
+    stored = await anyio.to_thread.run_sync(_validate, svc, body, settings.max_job_instances)
+    chunk = body.chunk_size or settings.job_chunk_size
+    job, created = await anyio.to_thread.run_sync(
+        lambda: store.create(
+            body.kind, body.model, stored, len(body.inputs), chunk, idempotency_key
+        )
+    )
+    if created:
+        for index in range(job.n_chunks):
+            await anyio.to_thread.run_sync(queue.submit, job.id, index)
+    headers = {"Location": f"/v2/jobs/{job.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse({"id": job.id, "status": job.status}, status_code=202, headers=headers)
+
+
+def _job(store: JobStore, job_id: str) -> Job:
+    job = store.get(job_id)
+    if job is None:
+        raise NotFound(f"unknown job {job_id!r}", code="unknown_job")
+    return job
+
+
+@router.get("/v2/jobs", response_model=list[JobStatus])
+async def list_jobs(
+    request: Request, limit: int = Query(100, ge=1, le=1000), status: str | None = None
+) -> list[JobStatus]:
+    store = _parts(request)[1]
+    jobs = await anyio.to_thread.run_sync(lambda: store.recent(limit, status))
+    return [status_of(j) for j in jobs]
+
+
+@router.get("/v2/jobs/{job_id}", response_model=JobStatus, responses={404: ERROR_RESPONSES[404]})
+async def job_status(request: Request, job_id: str) -> JobStatus:
+    store = _parts(request)[1]
+    return status_of(await anyio.to_thread.run_sync(_job, store, job_id))
+
+
+@router.get(
+    "/v2/jobs/{job_id}/results",
+    responses={404: ERROR_RESPONSES[404], 200: {"content": {"application/x-ndjson": {}}}},
+    response_class=StreamingResponse,
+)
+async def job_results(
+    request: Request,
+    job_id: str,
+    offset: int = Query(0, ge=0, description="first instance index to return (resume here)"),
+    limit: int | None = Query(None, ge=1, le=100_000),
+) -> Response:
+    """Stored results in instance order as JSON lines: {"index": i, "explanation": ...}."""
+    store = _parts(request)[1]
+    await anyio.to_thread.run_sync(_job, store, job_id)
+    lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
+    return StreamingResponse(iter(lines), media_type="application/x-ndjson")
+
+
+@router.delete("/v2/jobs/{job_id}", response_model=JobStatus, responses={404: ERROR_RESPONSES[404]})
+async def cancel(request: Request, job_id: str) -> JobStatus:
+    store = _parts(request)[1]
+    await anyio.to_thread.run_sync(_job, store, job_id)
+    await anyio.to_thread.run_sync(lambda: store.finish(job_id, "cancelled"))
+    return status_of(await anyio.to_thread.run_sync(_job, store, job_id))

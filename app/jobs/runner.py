@@ -1,0 +1,120 @@
+"""The job code: one chunk of instances at a time, idempotent, the same in every queue."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.errors import ApiError
+from app.jobs.store import FINISHED, Job, JobStore
+from app.schemas import request_model
+from app.service import ExplainService
+from explainers.registry import get_explainer
+
+log = logging.getLogger(__name__)
+WRITE_EVERY = 10  # instances between result writes: bounds rework after a crash
+
+
+@dataclass
+class JobContext:
+    service: ExplainService
+    store: JobStore
+
+
+def run_chunk(ctx: JobContext, job_id: str, chunk: int) -> None:
+    """Compute the missing results of one chunk; finish the job when all are stored."""
+    job = ctx.store.get(job_id)
+    if job is None or job.status in FINISHED:
+        return
+    ctx.store.mark_running(job_id)
+    indices = job.chunk(chunk)
+    todo = [i for i in indices if i not in ctx.store.stored_indices(job_id, indices)]
+    try:
+        KINDS[job.kind](ctx, job, todo)
+    except Exception as exc:
+        log.exception("job %s chunk %d failed", job_id, chunk)
+        ctx.store.finish(job_id, "failed", error=f"{type(exc).__name__}: {exc}")
+        return
+    done = ctx.store.add_results(job_id, {})
+    if done >= job.total:
+        ctx.store.finish(job_id, "succeeded", summary=SUMMARIES[job.kind](ctx.store, job))
+
+
+def _cancelled(ctx: JobContext, job_id: str) -> bool:
+    job = ctx.store.get(job_id)
+    return job is None or job.status in FINISHED
+
+
+def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Explain each instance as a one-instance request, through the shared cache."""
+    req = job.request
+    body_model = request_model(get_explainer(req["explainer"]))
+    pending: dict[int, dict[str, Any]] = {}
+    for count, i in enumerate(todo, start=1):
+        try:
+            body = body_model(inputs=[req["inputs"][i]], **req["fields"])
+            out = ctx.service.explain(job.model, req["explainer"], body, use_cache=True).body
+            result: dict[str, Any] = {
+                "explanation": out["data"]["explanations"][0],
+                "feature_names": out["data"]["feature_names"],
+                "cache": out["meta"]["cache"],
+            }
+            if "background_audit" in out["meta"]:
+                result["background_audit"] = out["meta"]["background_audit"]
+        except ApiError as exc:
+            result = {"error": exc.message, "code": exc.code}
+        pending[i] = result
+        if count % WRITE_EVERY == 0:
+            ctx.store.add_results(job.id, pending)
+            pending = {}
+            if _cancelled(ctx, job.id):
+                return
+    ctx.store.add_results(job.id, pending)
+
+
+def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
+    """Mean |value| per feature, per predicted class, and how stable the top features are."""
+    results = store.all_results(job.id)
+    ok = [r for r in results if "error" not in r]
+    summary: dict[str, Any] = {"instances": len(results), "errors": len(results) - len(ok)}
+    if not ok:
+        return summary
+    names = ok[0]["feature_names"]
+    same = [r for r in ok if r["feature_names"] == names]
+    values = np.abs(np.array([r["explanation"]["values"] for r in same]))  # [m, n]
+    mean_abs = values.mean(axis=0)
+    order = np.argsort(-mean_abs)
+    k = min(top_k, len(names))
+    top = set(order[:k].tolist())
+    per_row_top = np.argsort(-values, axis=1)[:, :k]
+    summary.update(
+        feature_names=names,
+        mean_abs_value=mean_abs.tolist(),
+        top_features=[names[j] for j in order[:k]],
+        top1_agreement=float(np.mean(per_row_top[:, 0] == order[0])),
+        topk_jaccard=float(
+            np.mean([len(top & set(r)) / len(top | set(r)) for r in per_row_top.tolist()])
+        ),
+        per_class={},
+        cache_hits=sum(r["cache"] == "hit" for r in ok),
+    )
+    outputs = np.array([r["explanation"]["output_index"] for r in same])
+    for o in np.unique(outputs):
+        name = same[int(np.flatnonzero(outputs == o)[0])]["explanation"]["output_name"]
+        rows = values[outputs == o]
+        summary["per_class"][name] = {
+            "instances": len(rows),
+            "mean_abs_value": rows.mean(axis=0).tolist(),
+        }
+    audits = [r["background_audit"] for r in ok if r.get("background_audit")]
+    if audits:
+        summary["background_audit"] = audits[0]
+    return summary
+
+
+KINDS: dict[str, Callable[[JobContext, Job, list[int]], None]] = {"audit": run_audit}
+SUMMARIES: dict[str, Callable[[JobStore, Job], dict[str, Any]]] = {"audit": summarise_audit}

@@ -1,0 +1,252 @@
+"""Durable job records and per-instance results in SQL (SQLAlchemy; SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import (
+    CursorResult,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+FINISHED = ("succeeded", "failed", "cancelled")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    total: Mapped[int] = mapped_column(Integer)
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+    request: Mapped[str] = mapped_column(Text)
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ResultRow(Base):
+    __tablename__ = "job_results"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)  # one result per instance
+    payload: Mapped[str] = mapped_column(Text)
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    kind: str
+    model: str
+    status: str
+    total: int
+    done: int
+    chunk_size: int
+    request: dict[str, Any]
+    summary: dict[str, Any] | None
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.total // self.chunk_size)
+
+    def chunk(self, index: int) -> range:
+        return range(index * self.chunk_size, min(self.total, (index + 1) * self.chunk_size))
+
+
+def _job(row: JobRow) -> Job:
+    return Job(
+        row.id,
+        row.kind,
+        row.model,
+        row.status,
+        row.total,
+        row.done,
+        row.chunk_size,
+        json.loads(row.request),
+        None if row.summary is None else json.loads(row.summary),
+        row.error,
+        row.created_at,
+        row.started_at,
+        row.finished_at,
+    )
+
+
+class JobStore:
+    """Jobs and results; every write is a short transaction, safe across processes."""
+
+    def __init__(self, url: str) -> None:
+        connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
+        self.engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        self.session = sessionmaker(self.engine, expire_on_commit=False)
+        Base.metadata.create_all(self.engine)
+
+    def create(
+        self,
+        kind: str,
+        model: str,
+        request: dict[str, Any],
+        total: int,
+        chunk_size: int,
+        idempotency_key: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Insert a queued job; with a known idempotency key return the existing one (False)."""
+        if idempotency_key is not None:
+            existing = self.by_key(idempotency_key)
+            if existing is not None:
+                return existing, False
+        row = JobRow(
+            id=uuid.uuid4().hex,
+            kind=kind,
+            model=model,
+            status="queued",
+            total=total,
+            done=0,
+            chunk_size=chunk_size,
+            request=json.dumps(request),
+            idempotency_key=idempotency_key,
+            created_at=time.time(),
+        )
+        try:
+            with self.session.begin() as s:
+                s.add(row)
+        except IntegrityError:  # a concurrent submission with the same key won
+            existing = self.by_key(idempotency_key or "")
+            if existing is None:
+                raise
+            return existing, False
+        return _job(row), True
+
+    def by_key(self, key: str) -> Job | None:
+        with self.session() as s:
+            row = s.scalars(select(JobRow).where(JobRow.idempotency_key == key)).first()
+            return None if row is None else _job(row)
+
+    def get(self, job_id: str) -> Job | None:
+        with self.session() as s:
+            row = s.get(JobRow, job_id)
+            return None if row is None else _job(row)
+
+    def recent(self, limit: int = 100, status: str | None = None) -> list[Job]:
+        with self.session() as s:
+            query = select(JobRow).order_by(JobRow.created_at.desc()).limit(limit)
+            if status is not None:
+                query = query.where(JobRow.status == status)
+            return [_job(r) for r in s.scalars(query)]
+
+    def unfinished(self) -> list[Job]:
+        with self.session() as s:
+            rows = s.scalars(select(JobRow).where(JobRow.status.in_(("queued", "running"))))
+            return [_job(r) for r in rows]
+
+    def mark_running(self, job_id: str) -> None:
+        with self.session.begin() as s:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == "queued")
+                .values(status="running", started_at=time.time())
+            )
+
+    def add_results(self, job_id: str, results: dict[int, dict[str, Any]]) -> int:
+        """Store results, ignoring instances already stored; returns results now stored."""
+        if results:
+            rows = [
+                {"job_id": job_id, "idx": i, "payload": json.dumps(r)} for i, r in results.items()
+            ]
+            dialect = self.engine.dialect.name
+            insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+            with self.session.begin() as s:
+                s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
+        with self.session.begin() as s:
+            done = s.scalar(select(func.count()).where(ResultRow.job_id == job_id)) or 0
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(done=done))
+        return int(done)
+
+    def stored_indices(self, job_id: str, indices: range) -> set[int]:
+        with self.session() as s:
+            query = select(ResultRow.idx).where(
+                ResultRow.job_id == job_id,
+                ResultRow.idx >= indices.start,
+                ResultRow.idx < indices.stop,
+            )
+            return set(s.scalars(query))
+
+    def finish(
+        self,
+        job_id: str,
+        status: str,
+        summary: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Move an unfinished job to a final status; False if it had already finished."""
+        with self.session.begin() as s:
+            result = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status.in_(("queued", "running")))
+                .values(
+                    status=status,
+                    finished_at=time.time(),
+                    error=error,
+                    summary=None if summary is None else json.dumps(summary),
+                )
+            )
+            return bool(cast(CursorResult[Any], result).rowcount)
+
+    def results(self, job_id: str, offset: int = 0, limit: int | None = None) -> Iterator[str]:
+        """Stored result payloads in instance order, from `offset`, as JSON lines."""
+        with self.session() as s:
+            query = (
+                select(ResultRow.idx, ResultRow.payload)
+                .where(ResultRow.job_id == job_id, ResultRow.idx >= offset)
+                .order_by(ResultRow.idx)
+            )
+            if limit is not None:
+                query = query.limit(limit)
+            rows = s.execute(query).all()
+        for idx, payload in rows:
+            yield json.dumps({"index": idx, **json.loads(payload)}) + "\n"
+
+    def all_results(self, job_id: str) -> list[dict[str, Any]]:
+        with self.session() as s:
+            rows = s.execute(
+                select(ResultRow.payload).where(ResultRow.job_id == job_id).order_by(ResultRow.idx)
+            ).all()
+        return [json.loads(p) for (p,) in rows]
+
+    def delete_all(self) -> None:
+        """Testing aid: drop every job and result."""
+        with self.session.begin() as s:
+            s.query(ResultRow).delete()
+            s.query(JobRow).delete()
+
+
+__all__ = ["FINISHED", "Job", "JobStore", "Session"]

@@ -1,0 +1,129 @@
+"""Batch audits: in-process queue, restart, cancel, idempotency and 4xx (SQLite store)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from models.registry import ModelRegistry
+
+ROWS = [[10.0 + 0.1 * i] * 30 for i in range(40)]
+AUDIT = {"model": "breast-cancer-mlp", "inputs": ROWS, "budget": 8000, "chunk_size": 7}
+
+
+def app_for(db: str, registry: ModelRegistry, model_dir: Path, **kw: Any) -> TestClient:
+    settings = Settings(model_dir=model_dir, redis_url=None, database_url=db, **kw)
+    return TestClient(create_app(settings, registry))
+
+
+def wait(client: TestClient, job_id: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.get(f"/v2/jobs/{job_id}").json()
+        if status["status"] in ("succeeded", "failed", "cancelled"):
+            return dict(status)
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish: {status}")
+
+
+def lines(client: TestClient, job_id: str, offset: int = 0) -> list[dict[str, Any]]:
+    r = client.get(f"/v2/jobs/{job_id}/results", params={"offset": offset})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(line) for line in r.text.splitlines()]
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+def test_audit_runs_to_completion(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    with app_for(db, registry, model_dir) as client:
+        r = client.post("/v2/jobs", json=AUDIT)
+        assert r.status_code == 202 and r.headers["location"] == f"/v2/jobs/{r.json()['id']}"
+        status = wait(client, r.json()["id"])
+        assert status["status"] == "succeeded"
+        assert status["progress"]["done"] == status["progress"]["total"] == 40
+        results = lines(client, status["id"])
+        assert [x["index"] for x in results] == list(range(40))
+        assert all(len(x["explanation"]["values"]) == 30 for x in results)
+        assert [x["index"] for x in lines(client, status["id"], offset=33)] == list(range(33, 40))
+        summary = status["summary"]
+        assert summary["instances"] == 40 and summary["errors"] == 0
+        assert len(summary["mean_abs_value"]) == 30 and len(summary["top_features"]) == 3
+        assert 0 <= summary["top1_agreement"] <= 1 and summary["per_class"]
+        # The same rows again: every instance comes from the shared cache.
+        again = wait(client, client.post("/v2/jobs", json=AUDIT).json()["id"])
+        assert again["summary"]["cache_hits"] == 40
+        assert lines(client, again["id"])[5]["explanation"] == results[5]["explanation"]
+        listed = client.get("/v2/jobs", params={"limit": 5}).json()
+        assert {j["id"] for j in listed} >= {status["id"], again["id"]}
+
+
+def test_idempotency_key(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    with app_for(db, registry, model_dir) as client:
+        headers = {"Idempotency-Key": "audit-42"}
+        first = client.post("/v2/jobs", json=AUDIT, headers=headers)
+        second = client.post("/v2/jobs", json=AUDIT, headers=headers)
+        assert first.json()["id"] == second.json()["id"]
+        assert second.headers["idempotent-replayed"] == "true"
+        wait(client, first.json()["id"])
+        assert len(lines(client, first.json()["id"])) == 40  # not computed twice
+
+
+def test_cancel(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    with app_for(db, registry, model_dir, job_workers=1) as client:
+        big = {**AUDIT, "inputs": ROWS * 10, "chunk_size": 20, "budget": 30000}
+        job_id = client.post("/v2/jobs", json=big).json()["id"]
+        r = client.delete(f"/v2/jobs/{job_id}")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        time.sleep(1.0)
+        status = client.get(f"/v2/jobs/{job_id}").json()
+        assert status["status"] == "cancelled" and status["progress"]["done"] < 400
+        assert client.delete("/v2/jobs/nope").status_code == 404
+
+
+def test_restart_resumes_in_process_jobs(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    big = {**AUDIT, "inputs": ROWS * 5, "chunk_size": 10, "budget": 30000}
+    with app_for(db, registry, model_dir, job_workers=1) as client:
+        job_id = client.post("/v2/jobs", json=big).json()["id"]
+        while client.get(f"/v2/jobs/{job_id}").json()["progress"]["done"] == 0:
+            time.sleep(0.05)
+    # The first app is gone mid-job; a new one on the same database finishes it.
+    with app_for(db, registry, model_dir) as client:
+        status = wait(client, job_id)
+        assert status["status"] == "succeeded"
+        assert [x["index"] for x in lines(client, job_id)] == list(range(200))
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({**AUDIT, "model": "nope"}, 404, "unknown_model"),
+        ({**AUDIT, "explainer": "nope"}, 404, "unknown_explainer"),
+        ({**AUDIT, "inputs": [[1.0] * 3]}, 400, "invalid_input"),
+        ({**AUDIT, "parameters": {"bogus": 1}}, 422, "validation_error"),
+        ({**AUDIT, "inputs": []}, 422, "validation_error"),
+        ({**AUDIT, "kind": "mystery"}, 422, "validation_error"),
+    ],
+)
+def test_bad_jobs_are_4xx(
+    db: str,
+    registry: ModelRegistry,
+    model_dir: Path,
+    body: dict[str, Any],
+    status: int,
+    code: str,
+) -> None:
+    with app_for(db, registry, model_dir) as client:
+        r = client.post("/v2/jobs", json=body)
+        assert r.status_code == status, r.text
+        assert r.json()["code"] == code
+        assert client.get("/v2/jobs/unknown").status_code == 404

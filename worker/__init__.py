@@ -1,0 +1,1 @@
+"""Celery worker that runs job chunks: `python -m worker` (settings from the environment)."""

@@ -1,0 +1,57 @@
+"""python -m worker [--concurrency N]: run job chunks from the Redis queue."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from app.cache import MemoryCache, RedisCache
+from app.jobs.queue import TASK_NAME
+from app.jobs.runner import JobContext, run_chunk
+from app.jobs.store import JobStore
+from app.metrics import Metrics
+from app.service import ExplainService
+from app.settings import Settings
+from models.registry import ModelRegistry
+from worker.celery_app import make_celery
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args()
+    logging.basicConfig(level=args.log_level.upper())
+    settings = Settings()
+    if not settings.redis_url:
+        raise SystemExit("REDIS_URL must be set for a worker")
+    import torch
+
+    torch.set_num_threads(settings.torch_threads)
+    cache = (
+        RedisCache(settings.redis_url, settings.cache_ttl_s, settings.cache_timeout_s)
+        if settings.redis_url
+        else MemoryCache(settings.cache_max_entries)
+    )
+    registry = ModelRegistry(settings.model_dir)
+    ctx = JobContext(
+        ExplainService(settings, registry, cache, Metrics()), JobStore(settings.database_url)
+    )
+    app = make_celery(settings.redis_url, settings.job_visibility_timeout_s)
+
+    @app.task(name=TASK_NAME)
+    def chunk_task(job_id: str, chunk: int) -> None:
+        run_chunk(ctx, job_id, chunk)
+
+    app.worker_main(
+        [
+            "worker",
+            "--pool=solo" if args.concurrency == 1 else "--pool=threads",
+            f"--concurrency={args.concurrency}",
+            f"--loglevel={args.log_level.upper()}",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""The Celery application: Redis broker, late acknowledgement so a killed worker's chunk runs
+again elsewhere (results are idempotent per instance, so a rerun never duplicates)."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+
+def make_celery(broker_url: str, visibility_timeout_s: int) -> Celery:
+    app = Celery("attribution", broker=broker_url)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+    )
+    return app
