@@ -14,6 +14,19 @@ if ! redis_up; then
 fi
 export REDIS_TEST_URL=${REDIS_TEST_URL:-redis://127.0.0.1:6379/15}
 
+# PostgreSQL for the job-store tests (the Debian cluster this machine kind ships).
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    if command -v pg_ctlcluster >/dev/null 2>&1; then
+        echo "test: starting PostgreSQL"
+        pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+    else
+        echo "setup: installing PostgreSQL from Debian packages"
+        apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+        pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+    fi
+    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
+fi
+
 .venv/bin/ruff check app explainers models tests bench
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

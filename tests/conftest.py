@@ -22,6 +22,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_job_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Apps built from default settings keep their jobs in a throwaway SQLite file."""
+    old = os.environ.get("DATABASE_URL")
+    os.environ["DATABASE_URL"] = f"sqlite:///{tmp_path_factory.mktemp('db') / 'jobs.db'}"
+    yield
+    if old is None:
+        os.environ.pop("DATABASE_URL")
+    else:
+        os.environ["DATABASE_URL"] = old
+
+
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
     """Built-in weights persist across runs (trained once with a fixed seed)."""
