@@ -116,6 +116,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     metrics = Metrics()
     service = ExplainService(settings, registry, make_cache(settings), metrics)
     jobs = JobStore(settings.database_url)
+    service.jobs = jobs
     queue = make_queue(settings, JobContext(service, jobs))
     app.state.settings = settings
     app.state.service = service

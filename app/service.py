@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from app.cache import Cache, CacheUnavailable, cache_key
-from app.errors import ApiError, PayloadTooLarge, from_library
+from app.errors import ApiError, NotFound, PayloadTooLarge, from_library
 from app.inputs import resolve_target, to_array
+from app.jobs.store import JobStore
 from app.metrics import Metrics
 from app.schemas import ExplainRequestBase
 from app.settings import Settings
@@ -46,6 +47,7 @@ class ExplainService:
         self.registry = registry
         self.cache = cache
         self.metrics = metrics
+        self.jobs: JobStore | None = None  # set when a job store exists (learned baselines)
 
     def model(self, name: str) -> Model:
         try:
@@ -83,7 +85,7 @@ class ExplainService:
                 raise PayloadTooLarge(f"background needs 1 to {s.max_background_rows} rows")
             background = to_array(model, req.background, "background")
         target = resolve_target(model, req.target)
-        options = getattr(req, "parameters")  # noqa: B009  (typed per explainer)
+        options = self._resolve_refs(model, getattr(req, "parameters"))  # noqa: B009
         key = cache_key(
             {
                 "model": model.name,
@@ -136,6 +138,30 @@ class ExplainService:
                 body["meta"]["cache"] = "bypass"
         body["id"] = request_id
         return Outcome(body, body["meta"]["cache"])
+
+    def _resolve_refs(self, model: Model, options: Any) -> Any:
+        """Replace `masker.ref` (a learn-baseline job id) by the learned values."""
+        masker = getattr(options, "masker", None)
+        if masker is None or masker.ref is None:
+            return options
+        job = self.jobs.get(masker.ref) if self.jobs is not None else None
+        if job is None or job.kind != "learn-baseline" or job.model != model.name:
+            raise NotFound(
+                f"no learned baseline {masker.ref!r} for model {model.name!r}",
+                code="unknown_baseline",
+            )
+        if job.status != "succeeded":
+            raise ApiError(f"baseline job {job.id} is {job.status}", code="baseline_not_ready")
+        learned = self.jobs.all_results(job.id)[0]  # type: ignore[union-attr]
+        if learned["model_version"] != model.version:
+            raise ApiError(
+                f"baseline {job.id} was learned for model version {learned['model_version']}, "
+                f"not {model.version}; learn it again",
+                code="stale_baseline",
+            )
+        return options.model_copy(
+            update={"masker": masker.model_copy(update={"value": learned["baseline"]})}
+        )
 
     @staticmethod
     def _shape(

@@ -16,7 +16,6 @@ from functools import partial
 import numpy as np
 import torch
 
-
 EPS = 1e-7  # the paper clips at 1e-16; float32 probabilities need a wider clip
 
 

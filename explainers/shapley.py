@@ -97,6 +97,9 @@ class MaskerOptions(BaseModel):
     value: float | list[Any] | None = Field(
         None, description="baseline: a number, or one value per input feature (any nesting)"
     )
+    ref: str | None = Field(
+        None, max_length=64, description="baseline: id of a succeeded learn-baseline job"
+    )
 
 
 class ShapleyOptions(BaseModel):

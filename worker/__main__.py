@@ -34,9 +34,10 @@ def main() -> None:
         else MemoryCache(settings.cache_max_entries)
     )
     registry = ModelRegistry(settings.model_dir)
-    ctx = JobContext(
-        ExplainService(settings, registry, cache, Metrics()), JobStore(settings.database_url)
-    )
+    store = JobStore(settings.database_url)
+    service = ExplainService(settings, registry, cache, Metrics())
+    service.jobs = store
+    ctx = JobContext(service, store)
     app = make_celery(settings.redis_url, settings.job_visibility_timeout_s)
 
     @app.task(name=TASK_NAME)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import ERROR_RESPONSES, NotFound, PayloadTooLarge, Unprocessable
+from app.errors import ERROR_RESPONSES, ApiError, NotFound, PayloadTooLarge, Unprocessable
 from app.inputs import to_array
 from app.jobs.queue import Queue
 from app.jobs.store import Job, JobStore
@@ -20,14 +20,31 @@ from app.service import ExplainService
 router = APIRouter(tags=["jobs"])
 
 
-class JobRequest(BaseModel):
-    """A batch audit: one explain request's fields applied to many instances."""
+class LearnBaselineOptions(BaseModel):
+    """Learned baseline values (Ren et al., ICLR 2023); defaults: the paper's, except rows,
+    iterations and sample_num, which are smaller so a job takes seconds [ours]."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["audit"] = "audit"
+    rows: int = Field(8, ge=1, le=1000, description="explicands from the reference data")
+    iterations: int = Field(50, ge=1, le=5000)
+    lr: float = Field(0.05, gt=0, le=10, description="step in standardised feature units")
+    sample_num: int = Field(20, ge=1, le=1000, description="contexts per feature and order")
+    low_order: float = Field(0.5, gt=0, le=1)
+    deviation: float = Field(0.3, gt=0, le=5, description="clamp box: mean +- deviation*std")
+    init: Literal["mean", "zero"] = "mean"
+    seed: int = Field(0, ge=0)
+
+
+class JobRequest(BaseModel):
+    """A batch audit (one explain request's fields over many instances) or a training job."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["audit", "learn-baseline"] = "audit"
     model: str
     explainer: str = "shapley"
-    inputs: list[Any] = Field(..., min_length=1)
+    inputs: list[Any] | None = Field(
+        None, min_length=1, description="audit: the instances; learn-baseline: explicands"
+    )
     target: int | str | None = None
     seed: int = Field(0, ge=0, le=2**32 - 1)
     budget: int | None = Field(None, ge=1)
@@ -83,6 +100,10 @@ def _parts(request: Request) -> tuple[ExplainService, JobStore, Queue]:
 
 def _validate(svc: ExplainService, body: JobRequest, max_instances: int) -> dict[str, Any]:
     """Fail at submission, not in a worker: model, explainer, options and every instance."""
+    if body.kind == "learn-baseline":
+        return _validate_learning(svc, body)
+    if body.inputs is None:
+        raise Unprocessable("an audit needs inputs")
     if len(body.inputs) > max_instances:
         raise PayloadTooLarge(f"at most {max_instances} instances per job")
     model = svc.model(body.model)
@@ -99,6 +120,23 @@ def _validate(svc: ExplainService, body: JobRequest, max_instances: int) -> dict
     return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
 
 
+def _validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    model = svc.model(body.model)
+    if model.modality != "tabular":
+        raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
+    try:
+        options = LearnBaselineOptions(**body.parameters)
+    except ValidationError as exc:
+        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+    if body.inputs is not None:
+        to_array(model, body.inputs, "inputs")
+    return {"parameters": options.model_dump(), "inputs": body.inputs}
+
+
+def _total(body: JobRequest) -> int:
+    return 1 if body.kind == "learn-baseline" else len(body.inputs or [])
+
+
 @router.post("/v2/jobs", status_code=202, responses=ERROR_RESPONSES)
 async def submit(
     request: Request,
@@ -110,9 +148,7 @@ async def submit(
     stored = await anyio.to_thread.run_sync(_validate, svc, body, settings.max_job_instances)
     chunk = body.chunk_size or settings.job_chunk_size
     job, created = await anyio.to_thread.run_sync(
-        lambda: store.create(
-            body.kind, body.model, stored, len(body.inputs), chunk, idempotency_key
-        )
+        lambda: store.create(body.kind, body.model, stored, _total(body), chunk, idempotency_key)
     )
     if created:
         for index in range(job.n_chunks):

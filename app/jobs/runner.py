@@ -116,5 +116,85 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
     return summary
 
 
-KINDS: dict[str, Callable[[JobContext, Job, list[int]], None]] = {"audit": run_audit}
-SUMMARIES: dict[str, Callable[[JobStore, Job], dict[str, Any]]] = {"audit": summarise_audit}
+def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Learn baseline values (Ren et al. 2023) for a model; one result, the baseline."""
+    if not todo:
+        return
+    import torch
+
+    from explainers.learned_baseline import learn_baseline, low_order_objective
+
+    model = ctx.service.model(job.model)
+    opts = job.request["parameters"]
+    data = model.reference if model.reference is not None else model.background
+    if data is None:
+        raise ValueError(f"model {model.name!r} has no reference data to learn from")
+    x = np.asarray(job.request.get("inputs") or data[: opts["rows"]], dtype=np.float32)
+    logodds = model.task == "classification"
+    target = model.predict(x).argmax(axis=1) if logodds else np.zeros(len(x), dtype=np.int64)
+    learned = learn_baseline(
+        model.module,
+        x.reshape(len(x), -1),
+        target,
+        data.reshape(len(data), -1),
+        logodds=logodds,
+        init=opts["init"],
+        lr=opts["lr"],
+        iterations=opts["iterations"],
+        sample_num=opts["sample_num"],
+        low_order=opts["low_order"],
+        deviation=opts["deviation"],
+        seed=opts["seed"],
+    )
+
+    def objective(b: np.ndarray) -> float:  # fixed contexts, comparable across baselines
+        with torch.no_grad():
+            return float(
+                low_order_objective(
+                    model.module,
+                    torch.as_tensor(x.reshape(len(x), -1)),
+                    torch.as_tensor(target),
+                    torch.as_tensor(b, dtype=torch.float32),
+                    logodds=logodds,
+                    sample_num=opts["sample_num"],
+                    low_order=opts["low_order"],
+                    generator=torch.Generator().manual_seed(opts["seed"] + 7),
+                )
+            )
+
+    ctx.store.add_results(
+        job.id,
+        {
+            0: {
+                "model_version": model.version,
+                "baseline": learned.baseline.tolist(),
+                "lower": learned.lower.tolist(),
+                "upper": learned.upper.tolist(),
+                "objective": {
+                    "zero": objective(np.zeros(model.n_features)),
+                    "mean": objective(data.reshape(len(data), -1).mean(axis=0)),
+                    "learned": objective(learned.baseline),
+                    "training": list(learned.objective),
+                },
+            }
+        },
+    )
+
+
+def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
+    result = store.all_results(job.id)[0]
+    return {
+        "baseline_ref": job.id,
+        "model_version": result["model_version"],
+        "objective": result["objective"],
+    }
+
+
+KINDS: dict[str, Callable[[JobContext, Job, list[int]], None]] = {
+    "audit": run_audit,
+    "learn-baseline": run_learn_baseline,
+}
+SUMMARIES: dict[str, Callable[[JobStore, Job], dict[str, Any]]] = {
+    "audit": summarise_audit,
+    "learn-baseline": summarise_learned,
+}

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -127,3 +128,39 @@ def test_bad_jobs_are_4xx(
         assert r.status_code == status, r.text
         assert r.json()["code"] == code
         assert client.get("/v2/jobs/unknown").status_code == 404
+
+
+def test_learned_baseline_job_and_ref(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    with app_for(db, registry, model_dir) as client:
+        body = {
+            "kind": "learn-baseline",
+            "model": "diabetes-mlp",
+            "parameters": {"rows": 4, "iterations": 15, "sample_num": 8, "lr": 0.1},
+        }
+        job_id = client.post("/v2/jobs", json=body).json()["id"]
+        status = wait(client, job_id)
+        assert status["status"] == "succeeded", status
+        objective = status["summary"]["objective"]
+        assert objective["training"][-1] < objective["training"][0]
+        learned = lines(client, job_id)[0]
+        lower, upper = np.array(learned["lower"]), np.array(learned["upper"])
+        baseline = np.array(learned["baseline"])
+        assert np.all(baseline >= lower - 1e-4) and np.all(baseline <= upper + 1e-4)
+        row = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
+        masker = {"type": "baseline", "ref": job_id}
+        r = client.post(
+            "/v2/models/diabetes-mlp/explain/shapley",
+            json={"inputs": [row], "parameters": {"masker": masker}},
+        )
+        assert r.status_code == 200, r.text
+        echoed = r.json()["meta"]["parameters"]["masker"]
+        np.testing.assert_allclose(echoed["value"], baseline, rtol=1e-5)
+        bad = client.post(
+            "/v2/models/breast-cancer-mlp/explain/shapley",
+            json={"inputs": [[1.0] * 30], "parameters": {"masker": masker}},
+        )
+        assert bad.status_code == 404 and bad.json()["code"] == "unknown_baseline"
+        wrong = client.post("/v2/jobs", json={**body, "parameters": {"lr": -1}})
+        assert wrong.status_code == 422
+        image = client.post("/v2/jobs", json={**body, "model": "digits-cnn"})
+        assert image.status_code == 400

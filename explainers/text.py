@@ -1,0 +1,101 @@
+"""Text games: the players are a string's words or tokens; absent ones are deleted or masked.
+
+v(S) = f(the text with the pieces outside S removed, or each replaced by a mask token), the
+occlusion game of text explainers (Lundberg & Lee 2017's text masker; Kokalj et al. 2021).
+Everything between pieces (spaces, and punctuation for word players) always stays.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from explainers.explanation import OptionError, Span
+
+# A word: letters/digits, with inner apostrophes or hyphens (don't, well-made). Punctuation is
+# not a player: it stays in every coalition's text.
+WORD = re.compile(r"\w+(?:['’-]\w+)*")
+
+ABSENCES = ("delete", "mask")
+
+
+def word_spans(text: str) -> list[Span]:
+    """The words of `text` with their character offsets."""
+    return [Span(m.group(), m.start(), m.end()) for m in WORD.finditer(text)]
+
+
+def token_spans(text: str, offsets: Sequence[tuple[int, int]]) -> list[Span]:
+    """Spans of a tokenizer's tokens (character offsets, special tokens left out)."""
+    return [Span(text[s:e], s, e) for s, e in offsets if e > s]
+
+
+class TextGame:
+    """v(S) = f(text with the pieces outside S deleted or masked). [m, k]
+
+    `predict_texts` maps a list of strings to [m, k]; one coalition is one model row.
+    Masking puts one `mask_token` in place of each absent piece. Deleting a piece also drops the
+    whitespace before it when whitespace (or the end) follows it, so words do not leave double
+    spaces and a deleted sub-word token does not glue its neighbours together.
+    """
+
+    rows_per_coalition = 1
+
+    def __init__(
+        self,
+        predict_texts: Callable[[list[str]], np.ndarray],
+        text: str,
+        pieces: Sequence[Span],
+        absence: str = "delete",
+        mask_token: str = "[MASK]",
+        max_rows: int = 4096,
+    ) -> None:
+        if absence not in ABSENCES:
+            raise OptionError(f"absence must be one of {ABSENCES}, got {absence!r}")
+        if not pieces:
+            raise OptionError("a text game needs at least one piece")
+        ends = [0, *(end for p in pieces for end in (p.start, p.end)), len(text)]
+        if any(b < a for a, b in zip(ends, ends[1:], strict=False)):
+            raise OptionError("pieces must be in order, inside the text and not overlap")
+        self.predict_texts = predict_texts
+        self.text = text
+        self.pieces = tuple(pieces)
+        self.n_players = len(self.pieces)
+        self.absence = absence
+        self.mask_token = mask_token
+        self.max_rows = max_rows
+        self._gaps = [text[a:b] for a, b in zip(ends[::2], ends[1::2], strict=True)]  # n + 1
+        # Whether deleting piece i also drops the whitespace before it.
+        self._eat_gap = [
+            self._gaps[i].isspace() and (self._gaps[i + 1][:1].isspace() or i + 1 == self.n_players
+            and not self._gaps[i + 1])
+            for i in range(self.n_players)
+        ]
+
+    def compose(self, present: np.ndarray) -> str:
+        """The text of one coalition (bool [n])."""
+        parts: list[str] = []
+        for i, piece in enumerate(self.pieces):
+            if present[i]:
+                parts += (self._gaps[i], piece.text)
+            elif self.absence == "mask":
+                parts += (self._gaps[i], self.mask_token)
+            elif not self._eat_gap[i]:
+                parts.append(self._gaps[i])
+        parts.append(self._gaps[-1])
+        text = "".join(parts)
+        return text
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        masks = np.asarray(masks, dtype=bool)  # [m, n]
+        texts = [self.compose(row) for row in masks]
+        # Different coalitions can give the same string (repeated words): predict it once.
+        unique = list(dict.fromkeys(texts))
+        where = {t: i for i, t in enumerate(unique)}
+        parts = [
+            np.asarray(self.predict_texts(unique[s : s + self.max_rows]), dtype=np.float64)
+            for s in range(0, len(unique), self.max_rows)
+        ]
+        values = np.concatenate(parts)  # [u, k]
+        return values[[where[t] for t in texts]]  # [m, k]
