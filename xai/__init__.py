@@ -1,0 +1,5 @@
+"""Python client and CLI of the attribution service."""
+
+from xai.client import AsyncClient, AuditResult, Client, Explained, ServiceError
+
+__all__ = ["AsyncClient", "AuditResult", "Client", "Explained", "ServiceError"]

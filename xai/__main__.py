@@ -1,0 +1,5 @@
+"""python -m xai: the command line."""
+
+from xai.cli import main
+
+raise SystemExit(main())
