@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import time
 from typing import Any, Literal
 
 import anyio
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, File, Form, Header, Query, Request, Response, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import ERROR_RESPONSES, ApiError, NotFound, PayloadTooLarge, Unprocessable
+from app.errors import (
+    ERROR_RESPONSES,
+    ApiError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    Unprocessable,
+)
 from app.inputs import to_array
 from app.jobs.queue import Queue
 from app.jobs.store import Job, JobStore
@@ -143,6 +153,54 @@ async def submit(
     body: JobRequest,
     idempotency_key: str | None = Header(None, max_length=200),
 ) -> JSONResponse:
+    """Submit a job; 202 with its id and a Location header. Same Idempotency-Key, same job."""
+    return await _submit(request, body, idempotency_key)
+
+
+def parse_instances(data: bytes, filename: str) -> list[Any]:
+    """Instances from an uploaded file: CSV with a header of feature names, or JSON lines."""
+    text = data.decode("utf-8-sig")
+    if filename.lower().endswith(".csv"):
+        rows = list(csv.reader(io.StringIO(text)))
+        if len(rows) < 2:
+            raise InvalidInput("the CSV file needs a header row and at least one data row")
+        header = rows[0]
+        try:
+            return [dict(zip(header, map(float, row), strict=True)) for row in rows[1:] if row]
+        except ValueError as exc:
+            raise InvalidInput(f"CSV values must be numbers with one per column: {exc}") from None
+    try:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"the file is not JSON lines: {exc}") from None
+
+
+@router.post("/v2/jobs/upload", status_code=202, responses=ERROR_RESPONSES)
+async def submit_upload(
+    request: Request,
+    job: str = Form(..., description="the job as JSON, without inputs"),
+    file: UploadFile = File(..., description="instances: .csv (header = features) or .jsonl"),
+    idempotency_key: str | None = Header(None, max_length=200),
+) -> JSONResponse:
+    """Submit a job whose instances come from an uploaded CSV or JSON-lines file."""
+    try:
+        fields = json.loads(job)
+    except json.JSONDecodeError as exc:
+        raise Unprocessable(f"job is not JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise Unprocessable("job must be a JSON object")
+    instances = parse_instances(await file.read(), file.filename or "")
+    try:
+        body = JobRequest(**{**fields, "inputs": instances})
+    except ValidationError as exc:
+        raise Unprocessable(
+            f"invalid job: {exc.errors()[0]['msg']}",
+            detail=[{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()],
+        ) from None
+    return await _submit(request, body, idempotency_key)
+
+
+async def _submit(request: Request, body: JobRequest, idempotency_key: str | None) -> JSONResponse:
     svc, store, queue = _parts(request)
     settings = request.app.state.settings
     stored = await anyio.to_thread.run_sync(_validate, svc, body, settings.max_job_instances)

@@ -164,3 +164,30 @@ def test_learned_baseline_job_and_ref(db: str, registry: ModelRegistry, model_di
         assert wrong.status_code == 422
         image = client.post("/v2/jobs", json={**body, "model": "digits-cnn"})
         assert image.status_code == 400
+
+
+def test_upload_csv_and_jsonl(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    model = registry.get("diabetes-mlp")
+    assert model.reference is not None
+    header = ",".join(model.feature_names)
+    csv_text = header + "\n" + "\n".join(",".join(map(str, r)) for r in model.reference[:6])
+    jsonl = "\n".join(json.dumps(r.tolist()) for r in model.reference[:4])
+    job = json.dumps({"model": "diabetes-mlp", "seed": 3})
+    with app_for(db, registry, model_dir) as client:
+        for name, content, n in [("rows.csv", csv_text, 6), ("rows.jsonl", jsonl, 4)]:
+            r = client.post(
+                "/v2/jobs/upload", data={"job": job}, files={"file": (name, content.encode())}
+            )
+            assert r.status_code == 202, r.text
+            status = wait(client, r.json()["id"])
+            assert status["status"] == "succeeded" and status["progress"]["total"] == n
+        bad = client.post(
+            "/v2/jobs/upload", data={"job": job}, files={"file": ("rows.csv", b"age,sex\n1,x\n")}
+        )
+        assert bad.status_code == 400
+        assert (
+            client.post(
+                "/v2/jobs/upload", data={"job": "{nope"}, files={"file": ("r.jsonl", b"[1]")}
+            ).status_code
+            == 422
+        )
