@@ -1,4 +1,4 @@
-"""Turn JSON instances into float32 arrays of a model's input shape, or a 400."""
+"""Turn JSON instances into a model's native rows (float32 arrays, or texts), or a 400."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import InvalidInput
-from models.base import Model
+from models.base import Model, TextModel
 
 
 def _row(model: Model, item: Any, where: str) -> np.ndarray:
@@ -38,8 +38,27 @@ def _row(model: Model, item: Any, where: str) -> np.ndarray:
     return arr.astype(np.float32).reshape(model.input_shape)
 
 
+def _text(model: TextModel, item: Any, where: str) -> str:
+    if not isinstance(item, str):
+        raise InvalidInput(f"{where}: expected a string (the model reads text)")
+    if not item.strip():
+        raise InvalidInput(f"{where}: the text is empty")
+    if "\x00" in item:
+        raise InvalidInput(f"{where}: the text contains a NUL character")
+    if len(item) > model.max_chars:
+        raise InvalidInput(f"{where}: {len(item)} characters; at most {model.max_chars}")
+    n_tokens = len(model.token_spans(item))
+    if n_tokens > model.max_tokens:
+        raise InvalidInput(
+            f"{where}: over {model.max_tokens} tokens, more than the model reads; shorten it"
+        )
+    return item
+
+
 def to_array(model: Model, items: list[Any], field: str) -> np.ndarray:
-    """Instances -> float32 [m, *input_shape]; each may be a list, nested list or dict."""
+    """Instances -> float32 [m, *input_shape] (each a list, nested list or dict), or str [m]."""
+    if isinstance(model, TextModel):
+        return np.array([_text(model, it, f"{field}[{i}]") for i, it in enumerate(items)], str)
     if any(isinstance(it, bool) for it in items):
         raise InvalidInput(f"{field}: expected rows of numbers")
     if model.modality != "image" and items and not isinstance(items[0], (list, dict)):

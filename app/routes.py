@@ -14,10 +14,12 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound
+from app.inputs import to_array
 from app.schemas import (
     ExplainerInfo,
     ExplainRequestBase,
     ExplainResponse,
+    InferInput,
     InferRequest,
     InferResponse,
     ModelMetadata,
@@ -27,7 +29,7 @@ from app.schemas import (
 )
 from app.service import ExplainService
 from explainers.registry import EXPLAINERS, ExplainerSpec
-from models.base import Model
+from models.base import Model, TextModel
 
 router = APIRouter()
 
@@ -95,7 +97,13 @@ def metadata(model: Model) -> ModelMetadata:
         name=model.name,
         versions=[model.version],
         platform=model.platform,
-        inputs=[TensorMeta(name="input", datatype="FP32", shape=[-1, *model.input_shape])],
+        inputs=[
+            TensorMeta(
+                name="input",
+                datatype="BYTES" if isinstance(model, TextModel) else "FP32",
+                shape=[-1, *model.input_shape],  # text: [-1], one string per row
+            )
+        ],
         outputs=[TensorMeta(name="output", datatype="FP32", shape=[-1, model.n_outputs])],
         modality=model.modality,
         task=model.task,
@@ -117,9 +125,23 @@ async def model_metadata(request: Request, model: str) -> ModelMetadata:
     return metadata(await off_loop(request, service(request).model, model))
 
 
+def _texts(model: TextModel, tensor: InferInput, max_rows: int) -> np.ndarray:
+    """An OIP BYTES tensor of shape [m] (strings) -> str [m]."""
+    if tensor.datatype.upper() != "BYTES":
+        raise InvalidInput(f"{model.name} reads text: send datatype BYTES, not {tensor.datatype!r}")
+    if len(tensor.shape) != 1 or tensor.shape[0] != len(tensor.data):
+        raise InvalidInput(f"shape must be [{len(tensor.data)}] for {len(tensor.data)} strings")
+    if len(tensor.data) > max_rows:
+        raise ApiError("too many rows", code="payload_too_large")
+    return to_array(model, tensor.data, "inputs[0].data")
+
+
 def _infer(svc: ExplainService, name: str, req: InferRequest) -> dict[str, Any]:
     model = svc.model(name)
     tensor = req.inputs[0]
+    if isinstance(model, TextModel):
+        texts = _texts(model, tensor, svc.settings.max_instances * 100)
+        return _infer_response(model, req, model.predict(texts))
     if tensor.datatype.upper() not in {"FP32", "FP64", "FP16", "INT32", "INT64", "INT8", "UINT8"}:
         raise InvalidInput(f"unsupported datatype {tensor.datatype!r}")
     try:
@@ -140,6 +162,10 @@ def _infer(svc: ExplainService, name: str, req: InferRequest) -> dict[str, Any]:
     if not np.all(np.isfinite(data)):
         raise InvalidInput("inputs must be finite (no NaN or infinity)")
     out = model.predict(data.reshape(shape[0], *model.input_shape))
+    return _infer_response(model, req, out)
+
+
+def _infer_response(model: Model, req: InferRequest, out: np.ndarray) -> dict[str, Any]:
     return InferResponse(
         model_name=model.name,
         model_version=model.version,

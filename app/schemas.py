@@ -16,7 +16,8 @@ class ExplainRequestBase(BaseModel):
     inputs: list[Any] = Field(
         ...,
         min_length=1,
-        description="instances: rows as lists or {feature: value}; images as nested lists",
+        description="instances: rows as lists or {feature: value}; images as nested lists; "
+        "texts as strings",
     )
     target: int | str | None = Field(
         None, description="output index or name; default: predicted class, or the single output"
@@ -26,7 +27,9 @@ class ExplainRequestBase(BaseModel):
         None, ge=1, description="model evaluations per instance (background rows included)"
     )
     background: list[Any] | None = Field(
-        None, description="background rows for the background masker; default: the model's"
+        None,
+        description="background rows for the background masker; default: the model's "
+        "(not for text models)",
     )
     id: str | None = Field(None, max_length=200, description="request id, echoed back")
 
@@ -41,6 +44,14 @@ def request_model(spec: ExplainerSpec) -> type[ExplainRequestBase]:
     )
 
 
+class PlayerOut(BaseModel):
+    """A piece of an input text that is one player: text == input[start:end]."""
+
+    text: str
+    start: int = Field(..., description="character offset of the first character")
+    end: int = Field(..., description="character offset after the last character")
+
+
 class ExplanationOut(BaseModel):
     output_index: int
     output_name: str
@@ -53,6 +64,9 @@ class ExplanationOut(BaseModel):
     )
     error_std: list[float] | None = Field(None, description="standard error per value (sampled)")
     interactions: dict[str, Any] | None = None
+    players: list[PlayerOut] | None = Field(
+        None, description="text models: this instance's players (words or tokens), in order"
+    )
     exact: bool
     estimator: str
     n_model_evals: int
@@ -78,7 +92,11 @@ class ExplainMeta(BaseModel):
 
 
 class ExplainData(BaseModel):
-    feature_names: list[str] = Field(..., description="player names (features or patches)")
+    feature_names: list[str] = Field(
+        ...,
+        description="player names (features or patches); empty for text models, whose players "
+        "differ per instance (see each explanation's players)",
+    )
     output_names: list[str]
     explanations: list[ExplanationOut]
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from app.cache import Cache, CacheUnavailable, cache_key
-from app.errors import ApiError, NotFound, PayloadTooLarge, from_library
+from app.errors import ApiError, InvalidInput, NotFound, PayloadTooLarge, from_library
 from app.inputs import resolve_target, to_array
 from app.jobs.store import JobStore
 from app.metrics import Metrics
@@ -21,13 +21,15 @@ from app.settings import Settings
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 from explainers.registry import ExplainerSpec, get_explainer
-from models.base import Model, ModelError
+from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
 
 
 def array_digest(arr: np.ndarray | None) -> str | None:
     if arr is None:
         return None
+    if arr.dtype.kind == "U":  # texts: hash the strings themselves, not their padded buffer
+        return hashlib.sha256(json.dumps(arr.tolist()).encode()).hexdigest()
     return hashlib.sha256(str(arr.shape).encode() + arr.tobytes()).hexdigest()
 
 
@@ -81,6 +83,11 @@ class ExplainService:
         inputs = to_array(model, req.inputs, "inputs")
         background = None
         if req.background is not None:
+            if isinstance(model, TextModel):
+                raise InvalidInput(
+                    "background does not apply to text models: absent words are deleted or "
+                    "masked (parameters.absence)"
+                )
             if not 1 <= len(req.background) <= s.max_background_rows:
                 raise PayloadTooLarge(f"background needs 1 to {s.max_background_rows} rows")
             background = to_array(model, req.background, "background")
@@ -183,6 +190,9 @@ class ExplainService:
                 "approximation_error": e.approximation_error,
                 "error_std": None if e.error_std is None else e.error_std.tolist(),
                 "interactions": e.interactions,
+                "players": None
+                if e.players is None
+                else [{"text": p.text, "start": p.start, "end": p.end} for p in e.players],
                 "exact": e.exact,
                 "estimator": e.estimator,
                 "n_model_evals": e.n_model_evals,

@@ -15,6 +15,15 @@ class OptionError(ExplainerError):
 
 
 @dataclass(frozen=True)
+class Span:
+    """A player that is a piece of an input text: text == input[start:end]."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class Explanation:
     """Attributions for one instance and one output."""
 
@@ -27,6 +36,7 @@ class Explanation:
     estimator: str
     error_std: np.ndarray | None = None
     interactions: dict[str, Any] | None = None  # {"index", "max_order", "values": {"0,1": v}}
+    players: tuple[Span, ...] | None = None  # text: this instance's own players (words, tokens)
 
     @property
     def approximation_error(self) -> float:
@@ -44,7 +54,7 @@ class ExplainResult:
     """Explanations of a batch plus what the explainer resolved (echoed to the caller)."""
 
     explanations: tuple[Explanation, ...]
-    player_names: tuple[str, ...]
+    player_names: tuple[str, ...]  # empty for text: each explanation carries its players
     parameters: dict[str, Any] = field(default_factory=dict)
     budget: int = 0  # per instance, after defaults
     additive: bool = True

@@ -31,10 +31,10 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "shapley",
         shapley.VERSION,
-        ("tabular", "image"),
+        ("tabular", "image", "text"),
         shapley.ShapleyOptions,
         shapley.explain,
-        "Shapley values of features or image patches: exact, permutation or KernelSHAP",
+        "Shapley values of features, image patches or words: exact, permutation or KernelSHAP",
         "Lundberg & Lee 2017; Castro et al. 2009; Musco & Witter 2025",
     ),
 )

@@ -6,20 +6,21 @@ Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from explainers import api_allocation, audit, interactions
+from explainers import text as text_game
 from explainers.budget import default_budget
 from explainers.estimators import exact, kernel, permutation
 from explainers.estimators.base import Estimate
-from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.explanation import ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, ExplainerError, Game, GameRecorder, rows_per_coalition
 from explainers.maskers import MaskedModelGame, patch_groups
-from models.base import Model
+from models.base import Model, TextModel
 
 VERSION = "1"
 
@@ -127,6 +128,16 @@ class ShapleyOptions(BaseModel):
         None, description="default: background for tabular models, a zero baseline for images"
     )
     patch_size: int = Field(2, ge=1, le=64, description="image models: side of a square patch")
+    players: Literal["words", "tokens"] = Field(
+        "words",
+        description="text models: the players are the words (punctuation stays in place) or the "
+        "tokenizer's tokens",
+    )
+    absence: Literal["delete", "mask"] = Field(
+        "delete",
+        description="text models: an absent player is deleted, or replaced by the model's mask "
+        "token",
+    )
 
 
 def _references(
@@ -161,6 +172,70 @@ def _references(
     return value, {"type": "baseline", "source": source, "value": value.reshape(-1).tolist()}
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Per instance a game and its text players; the player names and what to echo."""
+
+    games: list[tuple[Game, int, tuple[Span, ...] | None]]  # (game, n_players, text players)
+    names: tuple[str, ...]
+    echo: dict[str, Any]
+    budget: int  # per instance, after defaults
+    cost: int  # model rows per coalition
+
+
+def _array_plan(
+    model: Model,
+    inputs: np.ndarray,
+    options: ShapleyOptions,
+    budget: int | None,
+    background: np.ndarray | None,
+) -> _Plan:
+    """Tabular and image models: masked-model games over features or patches."""
+    text_only = options.model_fields_set & {"players", "absence"}
+    if text_only:
+        raise OptionError(f"{sorted(text_only)} apply to text models only")
+    masker = options.masker or MaskerOptions(
+        type="baseline" if model.modality == "image" else "background"
+    )
+    references, masker_echo = _references(model, masker, background)
+    if model.modality == "image":
+        groups, names = patch_groups(model.input_shape, options.patch_size)
+    else:
+        groups, names = np.arange(model.n_features), list(model.feature_names)
+    n_players, cost = len(names), references.shape[0]
+    budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
+    games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
+        (MaskedModelGame(model.predict, x, references, groups, model.batch_size), n_players, None)
+        for x in inputs
+    ]
+    echo = options.model_dump(exclude={"players", "absence"})
+    echo["masker"] = masker_echo
+    if model.modality != "image":
+        echo.pop("patch_size")
+    return _Plan(games, tuple(names), echo, budget, cost)
+
+
+def _text_plan(
+    model: TextModel, inputs: np.ndarray, options: ShapleyOptions, budget: int | None
+) -> _Plan:
+    """Text models: one game per text over its own words or tokens; the budget fits the longest."""
+    not_text = options.model_fields_set & {"masker", "patch_size"}
+    if not_text:
+        raise OptionError(
+            f"{sorted(not_text)} do not apply to text models; use players and absence"
+        )
+    games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
+        (game, game.n_players, game.pieces)
+        for game in text_game.text_games(model, inputs, options.players, options.absence)
+    ]
+    longest = max(n for _, n, _ in games)
+    budget = default_budget(longest, 1, options.estimator) if budget is None else budget
+    echo = options.model_dump(exclude={"masker", "patch_size"})
+    if options.absence == "mask":
+        echo["mask_token"] = model.mask_token
+    return _Plan(games, (), echo, budget, 1)
+
+
 def explain(
     model: Model,
     inputs: np.ndarray,
@@ -171,32 +246,24 @@ def explain(
     budget: int | None = None,
     background: np.ndarray | None = None,
 ) -> ExplainResult:
-    """Shapley explanations of `inputs` [m, *input_shape] for one output of `model`."""
-    masker = options.masker or MaskerOptions(
-        type="baseline" if model.modality == "image" else "background"
-    )
-    references, masker_echo = _references(model, masker, background)
-    if model.modality == "image":
-        groups, names = patch_groups(model.input_shape, options.patch_size)
+    """Shapley explanations of `inputs` (model.predict's rows: arrays, or texts) for one output."""
+    if isinstance(model, TextModel):
+        if background is not None:
+            raise OptionError("text models take no background: absent words are deleted or masked")
+        plan = _text_plan(model, inputs, options, budget)
     else:
-        groups, names = np.arange(model.n_features), list(model.feature_names)
-    n_players = len(names)
-    cost = references.shape[0]
-    budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
-    if options.index == "SV":
-        choose_estimator(options.estimator, n_players, budget, cost)  # fail before model calls
+        plan = _array_plan(model, inputs, options, budget, background)
+    if options.index == "SV":  # fail before any model call
+        for n in sorted({n for _, n, _ in plan.games}):
+            choose_estimator(options.estimator, n, plan.budget, plan.cost)
     explain_one = {"SV": _shapley_one, "API": _api_one}.get(options.index, _interactions_one)
     explanations = []
-    for x in inputs:
-        game = MaskedModelGame(model.predict, x, references, groups, model.batch_size)
-        explanation = explain_one(game, n_players, options, budget, seed, model, target)
+    for game, n_players, players in plan.games:
+        explanation = explain_one(game, n_players, options, plan.budget, seed, model, target)
         if not 0 <= explanation.output_index < model.n_outputs:
             raise OptionError(f"target out of range for {model.n_outputs} outputs")
-        explanations.append(explanation)
-    echo = options.model_dump()
-    echo["masker"] = masker_echo
-    if model.modality != "image":
-        echo.pop("patch_size")
+        explanations.append(replace(explanation, players=players))
+    echo = plan.echo
     if options.index in ("SV", "API"):
         echo.pop("max_order")
     if options.index != "API":
@@ -206,7 +273,7 @@ def explain(
     if background is not None:
         outputs = sorted({e.output_index for e in explanations})
         meta["background_audit"] = _audit(model, background, outputs, seed)
-    return ExplainResult(tuple(explanations), tuple(names), echo, budget, additive, meta)
+    return ExplainResult(tuple(explanations), plan.names, echo, plan.budget, additive, meta)
 
 
 def _audit(
@@ -230,7 +297,7 @@ def _audit(
 
 
 def _shapley_one(
-    game: MaskedModelGame,
+    game: Game,
     n_players: int,
     options: ShapleyOptions,
     budget: int,
@@ -267,7 +334,7 @@ def _pick(est: Estimate, model: Model, target: int | None) -> Explanation:
 
 
 def _api_one(
-    game: MaskedModelGame,
+    game: Game,
     n_players: int,
     options: ShapleyOptions,
     budget: int,
@@ -285,7 +352,7 @@ def _api_one(
 
 
 def _interactions_one(
-    game: MaskedModelGame,
+    game: Game,
     n_players: int,
     options: ShapleyOptions,
     budget: int,

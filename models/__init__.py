@@ -1,6 +1,6 @@
 """Model registry, the `Model` type and the built-in models."""
 
-from models.base import Model, ModelError, ModelNotReadyError, UnknownModelError
+from models.base import Model, ModelError, ModelNotReadyError, TextModel, UnknownModelError
 from models.builtin import BUILTINS, BuiltinModel
 from models.registry import ModelRegistry
 
@@ -11,5 +11,6 @@ __all__ = [
     "ModelError",
     "ModelNotReadyError",
     "ModelRegistry",
+    "TextModel",
     "UnknownModelError",
 ]

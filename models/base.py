@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +35,10 @@ def weights_hash(module: torch.nn.Module) -> str:
 
 @dataclass(frozen=True)
 class Model:
-    """A loaded model: `predict` maps float32 [m, *input_shape] to float32 [m, k]."""
+    """A loaded model: `predict` maps its native inputs (float32 [m, *input_shape]) to [m, k]."""
 
     name: str
-    modality: str  # "tabular" | "image"
+    modality: str  # "tabular" | "image" | "text"
     task: str  # "regression" | "classification"
     input_shape: tuple[int, ...]  # without the batch dimension
     feature_names: tuple[str, ...]
@@ -74,3 +75,22 @@ class Model:
                     self.module(chunk).reshape(chunk.shape[0], -1).numpy()
                 )
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextModel(Model):
+    """A model of strings: `predict` maps m texts (a list or a 1-D str array) to float32 [m, k].
+
+    `input_shape` is () and `feature_names` empty: a text's players are its own words or tokens.
+    `module` holds the weights that the version hashes.
+    """
+
+    predict_texts: Callable[[list[str]], np.ndarray]  # m texts -> float32 [m, k], batched
+    token_spans: Callable[[str], list[tuple[int, int]]]  # the tokenizer's tokens as char offsets
+    mask_token: str = "[MASK]"
+    max_chars: int = 2000
+    max_tokens: int = 254  # without special tokens; longer inputs would be truncated
+
+    def predict(self, x: np.ndarray | Sequence[str]) -> np.ndarray:
+        """Texts -> float32 [m, k], without gradients."""
+        return np.asarray(self.predict_texts([str(t) for t in x]), dtype=np.float32)

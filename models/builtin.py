@@ -18,6 +18,7 @@ from filelock import FileLock
 from torch import nn
 
 from models.base import Model, UnknownModelError
+from models.text import load_sentiment_minilm
 
 SEED = 0
 TEST_FRACTION = 0.25
@@ -384,4 +385,5 @@ BUILTINS: tuple[BuiltinModel, ...] = (
     BuiltinModel("diabetes-mlp", "tabular", load_diabetes_mlp),
     BuiltinModel("breast-cancer-mlp", "tabular", load_breast_cancer_mlp),
     BuiltinModel("digits-cnn", "image", load_digits_cnn),
+    BuiltinModel("sentiment-minilm", "text", load_sentiment_minilm),
 )
