@@ -84,6 +84,11 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
     if not ok:
         return summary
     names = ok[0]["feature_names"]
+    if not names:  # text: every instance has its own players; count classes only
+        classes = [r["explanation"]["output_name"] for r in ok]
+        summary["per_class"] = {c: {"instances": classes.count(c)} for c in sorted(set(classes))}
+        summary["cache_hits"] = sum(r["cache"] == "hit" for r in ok)
+        return summary
     same = [r for r in ok if r["feature_names"] == names]
     values = np.abs(np.array([r["explanation"]["values"] for r in same]))  # [m, n]
     mean_abs = values.mean(axis=0)

@@ -191,3 +191,15 @@ def test_upload_csv_and_jsonl(db: str, registry: ModelRegistry, model_dir: Path)
             ).status_code
             == 422
         )
+
+
+def test_text_audit(db: str, registry: ModelRegistry, model_dir: Path) -> None:
+    texts = ["the movie was terrible", "a wonderful, moving film", "boring and slow"]
+    with app_for(db, registry, model_dir) as client:
+        r = client.post("/v2/jobs", json={"model": "sentiment-minilm", "inputs": texts})
+        assert r.status_code == 202, r.text
+        status = wait(client, r.json()["id"])
+        assert status["status"] == "succeeded", status
+        assert sum(c["instances"] for c in status["summary"]["per_class"].values()) == 3
+        players = lines(client, status["id"])[0]["explanation"]["players"]
+        assert [p["text"] for p in players] == ["the", "movie", "was", "terrible"]
