@@ -142,3 +142,21 @@ def test_budget_errors() -> None:
         interaction_values(game, 6, index="k-SII", estimator="exact", budget=63)
     with pytest.raises(BudgetError):
         interaction_values(game, 6, index="k-SII", estimator="kernel", budget=5)
+
+
+@pytest.mark.parametrize("index", ["SII", "k-SII"])
+def test_permutation_uses_its_budget_on_the_memoised_game(index: str) -> None:
+    n = 10
+    game = table_game(random_table(n, seed=8))
+    res = interaction_values(game, n, index=index, estimator="permutation", budget=800, seed=0)
+    # Without the larger nominal budget about a quarter is used; repeats among short prefixes
+    # keep small games from using all of it.
+    assert 0.5 * 800 <= res.n_evaluations <= 800
+    assert len(res.values) == n + n * (n - 1) // 2  # unsampled terms are present, as 0
+
+
+def test_stii_default_is_permutation() -> None:
+    n = 12
+    game = table_game(random_table(n, seed=9))
+    res = interaction_values(game, n, index="STII", budget=500)
+    assert res.estimator.startswith("permutation") and res.n_evaluations <= 500
