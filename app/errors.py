@@ -39,6 +39,10 @@ class ApiError(Exception):
         self.code = code or self.code
         self.detail = detail
 
+    def with_status(self, status: int) -> ApiError:
+        self.status = status
+        return self
+
 
 class InvalidInput(ApiError):
     code = "invalid_input"

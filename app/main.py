@@ -12,7 +12,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import errors
+from app import errors, repository
 from app.cache import Cache, MemoryCache, RedisCache
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
@@ -23,6 +23,7 @@ from app.routes import add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
+from models.user import UserModelStore
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +31,20 @@ log = logging.getLogger(__name__)
 class BodyLimit:
     """Answer 413 for bodies over `limit` bytes, by header or by counting the stream."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload_limit: int) -> None:
         self.app = app
-        self.limit = limit
+        self.default_limit = limit
+        self.upload_limit = upload_limit  # model uploads on /v2/repository/
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        upload = scope["path"].startswith("/v2/repository/")
+        limit = self.upload_limit if upload else self.default_limit
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await self._reject(send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._reject(send, limit)
             return
         seen = 0
 
@@ -48,14 +52,15 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise errors.PayloadTooLarge(f"request body over {self.limit} bytes")
+            if seen > limit:
+                raise errors.PayloadTooLarge(f"request body over {limit} bytes")
             return message
 
         await self.app(scope, counted, send)
 
-    async def _reject(self, send: Send) -> None:
-        body = b'{"error": "request body over %d bytes", "code": "payload_too_large"}' % self.limit
+    @staticmethod
+    async def _reject(send: Send, limit: int) -> None:
+        body = b'{"error": "request body over %d bytes", "code": "payload_too_large"}' % limit
         await send(
             {
                 "type": "http.response.start",
@@ -122,12 +127,21 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.state.service = service
     app.state.jobs = jobs
     app.state.queue = queue
+    app.state.user_models = UserModelStore(settings.user_model_dir)
+    stored, broken = app.state.user_models.load_all()
+    for model in stored:  # registered models survive restarts
+        registry.register(model)
+    for name, reason in broken.items():
+        log.error("registered model %s could not be loaded: %s", name, reason)
     app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
     errors.install(app)
     app.include_router(router)
     app.include_router(job_routes.router)
+    app.include_router(repository.router)
     add_explain_routes(app)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, limit=settings.max_body_bytes, upload_limit=settings.max_model_bytes + (1 << 20)
+    )
     return app
 
 

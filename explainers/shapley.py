@@ -194,9 +194,8 @@ def _array_plan(
     text_only = options.model_fields_set & {"players", "absence"}
     if text_only:
         raise OptionError(f"{sorted(text_only)} apply to text models only")
-    masker = options.masker or MaskerOptions(
-        type="baseline" if model.modality == "image" else "background"
-    )
+    use_background = model.modality != "image" and model.background is not None
+    masker = options.masker or MaskerOptions(type="background" if use_background else "baseline")
     references, masker_echo = _references(model, masker, background)
     if model.modality == "image":
         groups, names = patch_groups(model.input_shape, options.patch_size)

@@ -26,6 +26,9 @@ class ModelRegistry:
         self._models: dict[str, Model] = {}
         self._errors: dict[str, str] = {}
 
+    def builtin_names(self) -> set[str]:
+        return set(self._builtins)
+
     def names(self) -> list[str]:
         """All model names, built-in and registered, sorted."""
         with self._lock:

@@ -24,14 +24,19 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_job_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Apps built from default settings keep their jobs in a throwaway SQLite file."""
-    old = os.environ.get("DATABASE_URL")
-    os.environ["DATABASE_URL"] = f"sqlite:///{tmp_path_factory.mktemp('db') / 'jobs.db'}"
+    """Apps built from default settings keep jobs and registered models in temp folders."""
+    private = {
+        "DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('db') / 'jobs.db'}",
+        "USER_MODEL_DIR": str(tmp_path_factory.mktemp("user-models")),
+    }
+    old = {k: os.environ.get(k) for k in private}
+    os.environ.update(private)
     yield
-    if old is None:
-        os.environ.pop("DATABASE_URL")
-    else:
-        os.environ["DATABASE_URL"] = old
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

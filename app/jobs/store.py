@@ -186,9 +186,7 @@ class JobStore:
             insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
             with self.session.begin() as s:
                 s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
-        count = (
-            select(func.count()).where(ResultRow.job_id == job_id).scalar_subquery()
-        )
+        count = select(func.count()).where(ResultRow.job_id == job_id).scalar_subquery()
         with self.session.begin() as s:
             # One statement: a concurrent chunk can never write back an older count.
             s.execute(update(JobRow).where(JobRow.id == job_id).values(done=count))
