@@ -12,7 +12,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import errors, repository
+from app import auth, errors, repository
 from app.cache import Cache, MemoryCache, RedisCache
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
@@ -139,6 +139,10 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.include_router(job_routes.router)
     app.include_router(repository.router)
     add_explain_routes(app)
+    keys = auth.parse_keys(settings.api_keys)
+    if not keys:
+        log.warning("no API keys configured: every route is open (meant for local use)")
+    app.add_middleware(auth.ApiKeyAuth, keys=keys)
     app.add_middleware(
         BodyLimit, limit=settings.max_body_bytes, upload_limit=settings.max_model_bytes + (1 << 20)
     )

@@ -49,5 +49,8 @@ class Settings(BaseSettings):
     job_chunk_size: int = 50
     job_visibility_timeout_s: int = 300  # a killed worker's chunk is redelivered after this
     max_job_instances: int = 100_000
+    api_keys: str | None = Field(
+        None, description='JSON list of {"name", "sha256", "scopes"}; unset: open (local use)'
+    )
     user_model_dir: Path = Field(default_factory=lambda: _cache_root() / "user-models")
     max_model_bytes: int = 64 * 1024 * 1024

@@ -201,6 +201,9 @@ async def submit_upload(
 
 
 async def _submit(request: Request, body: JobRequest, idempotency_key: str | None) -> JSONResponse:
+    key = getattr(request.state, "api_key", None)
+    if body.kind == "learn-baseline" and key is not None and not key.allows("admin"):
+        raise ApiError("training jobs need the 'admin' scope", code="forbidden").with_status(403)
     svc, store, queue = _parts(request)
     settings = request.app.state.settings
     stored = await anyio.to_thread.run_sync(_validate, svc, body, settings.max_job_instances)
