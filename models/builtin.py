@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from torch import nn
 
 from models.base import Model, UnknownModelError
 from models.text import load_sentiment_minilm
+
+log = logging.getLogger(__name__)
 
 SEED = 0
 TEST_FRACTION = 0.25
@@ -315,6 +318,47 @@ def _train(spec: _Spec, split: Split) -> tuple[nn.Sequential, dict[str, Any]]:
     return module, metrics
 
 
+def _read_cache(
+    spec: _Spec, weights: Path, meta: Path
+) -> tuple[nn.Sequential, dict[str, Any]] | None:
+    """The cached module (built, loaded, eval mode) and training metrics, or None to (re)train.
+
+    None when either file is missing. A file that cannot be read or parsed, or weights that do
+    not fit the model's architecture, count as corrupt: a warning names the file, both files
+    are deleted, and None is returned so that the caller retrains. Call under the file lock.
+    """
+    if not (weights.exists() and meta.exists()):
+        return None
+    bad, reason = meta, ""
+    try:
+        metrics = json.loads(meta.read_text())
+        if not isinstance(metrics, dict):
+            raise ValueError(f"expected a JSON object, got {type(metrics).__name__}")
+        bad = weights
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"expected a state_dict, got {type(state).__name__}")
+        with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the caller's RNG
+            module = spec.build(spec.config)
+        module.load_state_dict(state)  # strict: missing, unexpected or misshapen tensors raise
+        if not all(torch.isfinite(t).all() for t in module.state_dict().values()):
+            raise ValueError("non-finite values in the weights")
+    except Exception as exc:  # any failure to read the cache means: rebuild it
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        module.eval()
+        return module, metrics
+    log.warning(
+        "corrupt model cache file %s (%s); deleting it and rebuilding %s",
+        bad,
+        reason[:500],
+        spec.config.name,
+    )
+    weights.unlink(missing_ok=True)
+    meta.unlink(missing_ok=True)
+    return None
+
+
 def load_builtin(name: str, cache_dir: Path) -> Model:
     """Load a built-in model from `cache_dir`, training and caching it first if needed."""
     spec = _spec(name)
@@ -324,16 +368,15 @@ def load_builtin(name: str, cache_dir: Path) -> Model:
     split = dataset_split(name)
     cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(cache_dir / f"{stem}.lock"):
-        if not (weights.exists() and meta.exists()):
+        cached = _read_cache(spec, weights, meta)
+        if cached is None:
             trained, metrics = _train(spec, split)
             _atomic_write(meta, lambda p: p.write_text(json.dumps(metrics, indent=2)))
             _atomic_write(weights, lambda p: torch.save(trained.state_dict(), p))
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-        metrics = json.loads(meta.read_text())
-    with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the caller's RNG
-        module = spec.build(cfg)
-    module.load_state_dict(state)
-    module.eval()
+            cached = _read_cache(spec, weights, meta)
+            if cached is None:
+                raise RuntimeError(f"model cache {weights} is unreadable right after training")
+        module, metrics = cached
 
     rows = np.random.default_rng(cfg.seed).choice(
         len(split.x_train), BACKGROUND_ROWS, replace=False
