@@ -134,6 +134,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     for name, reason in broken.items():
         log.error("registered model %s could not be loaded: %s", name, reason)
     app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
+    app.state.io_limiter = anyio.CapacityLimiter(settings.io_workers)
     errors.install(app)
     app.include_router(router)
     app.include_router(job_routes.router)

@@ -27,7 +27,7 @@ from app.schemas import (
     TensorMeta,
     request_model,
 )
-from app.service import ExplainService
+from app.service import ExplainService, Outcome
 from explainers.registry import EXPLAINERS, ExplainerSpec
 from models.base import Model, TextModel
 
@@ -217,7 +217,21 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]
         start = time.perf_counter()
         status = 500
         try:
-            outcome = await off_loop(request, svc.explain, model, spec.name, body, use_cache)
+            # Validation and the cache look-up run on a wide pool: a hit never waits behind
+            # explanations being computed on the bounded one.
+            prepared = await anyio.to_thread.run_sync(
+                svc.prepare,
+                model,
+                spec.name,
+                body,
+                use_cache,
+                limiter=request.app.state.io_limiter,
+            )
+            outcome = (
+                prepared
+                if isinstance(prepared, Outcome)
+                else await off_loop(request, svc.compute, prepared)
+            )
             status = 200
         except ApiError as exc:
             status = exc.status

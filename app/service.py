@@ -41,6 +41,22 @@ class Outcome:
     cache: str
 
 
+@dataclass
+class Prepared:
+    """A validated request that missed (or bypassed) the cache, ready to compute."""
+
+    model: Model
+    spec: ExplainerSpec
+    req: ExplainRequestBase
+    inputs: np.ndarray
+    background: np.ndarray | None
+    target: int | None
+    options: Any
+    key: str
+    status: str
+    request_id: str
+
+
 class ExplainService:
     def __init__(
         self, settings: Settings, registry: ModelRegistry, cache: Cache, metrics: Metrics
@@ -73,6 +89,13 @@ class ExplainService:
         self, model_name: str, explainer_name: str, req: ExplainRequestBase, use_cache: bool
     ) -> Outcome:
         """Run (or fetch from the cache) one explain request; blocking, call off the loop."""
+        prepared = self.prepare(model_name, explainer_name, req, use_cache)
+        return prepared if isinstance(prepared, Outcome) else self.compute(prepared)
+
+    def prepare(
+        self, model_name: str, explainer_name: str, req: ExplainRequestBase, use_cache: bool
+    ) -> Outcome | Prepared:
+        """Validate and consult the cache: cheap, so hits never wait for a compute slot."""
         model = self.model(model_name)
         spec = self.explainer(model, explainer_name)
         s = self.settings
@@ -122,16 +145,23 @@ class ExplainService:
                 body["meta"]["cache"] = "hit"
                 return Outcome(body, "hit")
             self.metrics.cache.labels(status).inc()
+        return Prepared(
+            model, spec, req, inputs, background, target, options, key, status, request_id
+        )
+
+    def compute(self, p: Prepared) -> Outcome:
+        """Run the explainer for a prepared request and store a cacheable answer."""
+        model, spec, req, status = p.model, p.spec, p.req, p.status
         start = time.perf_counter()
         try:
             result = spec.run(
                 model,
-                inputs,
-                options=options,
-                target=target,
+                p.inputs,
+                options=p.options,
+                target=p.target,
                 seed=req.seed,
                 budget=req.budget,
-                background=background,
+                background=p.background,
             )
         except (ExplainerError, ModelError) as exc:
             raise from_library(exc) from exc
@@ -140,10 +170,10 @@ class ExplainService:
         self.metrics.model_evals.labels(model.name, spec.name).inc(body["meta"]["n_model_evals"])
         if status == "miss":
             try:
-                self.cache.set(key, json.dumps(body))
+                self.cache.set(p.key, json.dumps(body))
             except CacheUnavailable:
                 body["meta"]["cache"] = "bypass"
-        body["id"] = request_id
+        body["id"] = p.request_id
         return Outcome(body, body["meta"]["cache"])
 
     def _resolve_refs(self, model: Model, options: Any) -> Any:

@@ -37,7 +37,8 @@ class Settings(BaseSettings):
     max_instances: int = 1000
     max_background_rows: int = 1000
     max_budget: int = 1 << 24  # model rows per instance
-    explain_workers: int = 2
+    explain_workers: int = 2  # concurrent explanations being computed
+    io_workers: int = 32  # concurrent validations and cache look-ups
     torch_threads: int = 1
     database_url: str = Field(
         default_factory=_default_database_url, description="jobs and results (SQLAlchemy URL)"
