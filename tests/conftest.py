@@ -6,10 +6,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -86,6 +89,49 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def running_server(env: dict[str, str | None], timeout_s: float = 120) -> Iterator[str]:
+    """`python -m app` on a free loopback port with `env` set (None values unset); its URL."""
+    port = free_port()
+    full = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=full,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail("server exited")
+            if time.monotonic() > deadline:
+                pytest.fail(f"server not ready in {timeout_s} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 @pytest.fixture()

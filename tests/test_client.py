@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
-from tests.conftest import free_port
+from tests.conftest import running_server
 from xai import AsyncClient, Client, ServiceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,31 +72,15 @@ def test_async_client(app_client: TestClient) -> None:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(
-        MODEL_DIR=str(model_dir),
-        JOB_QUEUE="inprocess",
-        DATABASE_URL=f"sqlite:///{tmp_path_factory.mktemp('cli') / 'jobs.db'}",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    db = f"sqlite:///{tmp_path_factory.mktemp('cli') / 'jobs.db'}"
+    env = {
+        "REDIS_URL": None,
+        "MODEL_DIR": str(model_dir),
+        "JOB_QUEUE": "inprocess",
+        "DATABASE_URL": db,
+    }
+    with running_server(env) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +16,7 @@ import torch
 
 from models.builtin import BUILTINS, TrainConfig, _spec
 from models.registry import ModelRegistry
-from tests.conftest import RedisServer, free_port
+from tests.conftest import RedisServer, running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLAIN = "/v2/models/diabetes-mlp/explain/shapley"
@@ -28,31 +26,8 @@ ROW = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
 @pytest.fixture()
 def server(redis_server: RedisServer, model_dir: Path) -> Iterator[str]:
     """The real server process (python -m app) with REDIS_URL to the private Redis."""
-    port = free_port()
-    env = {**os.environ, "REDIS_URL": redis_server.url, "MODEL_DIR": str(model_dir)}
-    command = [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--log-level", "error"],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, "server exited"
-            time.sleep(0.2)
-        else:
-            pytest.fail("server not ready in 120 s")
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with running_server({"REDIS_URL": redis_server.url, "MODEL_DIR": str(model_dir)}) as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import torch
@@ -20,7 +15,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
-from tests.conftest import free_port
+from tests.conftest import free_port, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 W = [1.0, -2.0, 0.5, 3.0]
@@ -138,31 +133,15 @@ def test_pickle_is_refused(app_client: TestClient) -> None:
 @pytest.fixture(scope="module")
 def upstream(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server process whose diabetes-mlp is the remote model."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(
-        MODEL_DIR=str(model_dir),
-        JOB_QUEUE="inprocess",
-        DATABASE_URL=f"sqlite:///{tmp_path_factory.mktemp('up') / 'jobs.db'}",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    db = f"sqlite:///{tmp_path_factory.mktemp('up') / 'jobs.db'}"
+    env = {
+        "REDIS_URL": None,
+        "MODEL_DIR": str(model_dir),
+        "JOB_QUEUE": "inprocess",
+        "DATABASE_URL": db,
+    }
+    with running_server(env) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_remote_model_matches_local(app_client: TestClient, upstream: str, model_dir: Path) -> None:

@@ -2,57 +2,21 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import RedisServer, free_port
+from tests.conftest import RedisServer, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
 def server(redis_server: RedisServer, model_dir: Path) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "REDIS_URL": redis_server.url, "MODEL_DIR": str(model_dir)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, "server exited"
-            time.sleep(0.2)
-        else:
-            pytest.fail("server not ready in 120 s")
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with running_server({"REDIS_URL": redis_server.url, "MODEL_DIR": str(model_dir)}) as url:
+        yield url
 
 
 def test_real_server_over_loopback(server: str) -> None:
