@@ -10,6 +10,13 @@ from app.errors import InvalidInput
 from models.base import Model, TextModel
 
 
+def _has_bool(item: Any) -> bool:
+    """JSON true/false would silently become 1.0/0.0: strict numbers only."""
+    if isinstance(item, bool):
+        return True
+    return isinstance(item, list) and any(_has_bool(v) for v in item)
+
+
 def _row(model: Model, item: Any, where: str) -> np.ndarray:
     if isinstance(item, dict):
         missing = [f for f in model.feature_names if f not in item]
@@ -20,6 +27,8 @@ def _row(model: Model, item: Any, where: str) -> np.ndarray:
                 f"unknown {unknown[:5]}"
             )
         item = [item[f] for f in model.feature_names]
+    if _has_bool(item):
+        raise InvalidInput(f"{where}: expected numbers; true/false are not feature values")
     try:
         arr = np.asarray(item, dtype=np.float64)
     except (TypeError, ValueError):

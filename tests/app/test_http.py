@@ -221,6 +221,27 @@ def test_budget_is_what_was_spent(
     [
         ({"inputs": [[1.0] * 9]}, 400, "invalid_input"),
         ({"inputs": [["a"] * 10]}, 400, "invalid_input"),
+        ({"inputs": [[True] + [1.0] * 9]}, 400, "invalid_input"),
+        (
+            {
+                "inputs": [
+                    {
+                        "age": True,
+                        "sex": 1,
+                        "bmi": 1,
+                        "bp": 1,
+                        "s1": 1,
+                        "s2": 1,
+                        "s3": 1,
+                        "s4": 1,
+                        "s5": 1,
+                        "s6": 1,
+                    }
+                ]
+            },
+            400,
+            "invalid_input",
+        ),
         ({"inputs": [[1.0] * 10, [1.0] * 3]}, 400, "invalid_input"),
         ({"inputs": [{"age": 1}]}, 400, "invalid_input"),
         ({"inputs": [1, 2, 3]}, 400, "invalid_input"),
