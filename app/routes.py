@@ -75,14 +75,12 @@ async def server_metadata() -> dict[str, Any]:
 
 
 def _summary(svc: ExplainService, name: str) -> ModelSummary:
-    state = svc.registry.status().get(name, {})
     try:
         model = svc.registry.get(name)
     except Exception as exc:  # a failed model is listed, not fatal for the listing
         return ModelSummary(
             name=name, version=None, modality="unknown", state="failed", error=str(exc)
         )
-    del state
     return ModelSummary(name=name, version=model.version, modality=model.modality, state="ready")
 
 

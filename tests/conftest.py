@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -140,3 +141,37 @@ def redis_server() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def inprocess_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real server process without Redis (jobs in-process), shared by the tests."""
+    db = f"sqlite:///{tmp_path_factory.mktemp('server') / 'jobs.db'}"
+    env = {
+        "REDIS_URL": None,
+        "MODEL_DIR": str(model_dir),
+        "JOB_QUEUE": "inprocess",
+        "DATABASE_URL": db,
+    }
+    with running_server(env) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread, as the service runs (TORCH_THREADS): on two busy cores, small forward
+    passes with two threads stall for whole scheduler slices (30x slower measured)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def text_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """sentiment-minilm, loaded once for every text test."""
+    from models.text import load_sentiment_minilm
+
+    return load_sentiment_minilm(tmp_path_factory.mktemp("text"))

@@ -19,7 +19,6 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
-from tests.conftest import running_server
 from xai import AsyncClient, Client, ServiceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,19 +69,6 @@ def test_async_client(app_client: TestClient) -> None:
     asyncio.run(run())
 
 
-@pytest.fixture(scope="module")
-def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = f"sqlite:///{tmp_path_factory.mktemp('cli') / 'jobs.db'}"
-    env = {
-        "REDIS_URL": None,
-        "MODEL_DIR": str(model_dir),
-        "JOB_QUEUE": "inprocess",
-        "DATABASE_URL": db,
-    }
-    with running_server(env) as url:
-        yield url
-
-
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "xai", *args],
@@ -94,7 +80,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_audit_csv_to_parquet_and_jsonl(server: str, tmp_path: Path, model_dir: Path) -> None:
+def test_cli_audit_csv_to_parquet_and_jsonl(
+    inprocess_server: str, tmp_path: Path, model_dir: Path
+) -> None:
     model = ModelRegistry(model_dir).get("diabetes-mlp")
     assert model.reference is not None
     frame = pd.DataFrame(model.reference[:12], columns=list(model.feature_names))
@@ -103,7 +91,7 @@ def test_cli_audit_csv_to_parquet_and_jsonl(server: str, tmp_path: Path, model_d
     out = tmp_path / "out.parquet"
     done = cli(
         "--url",
-        server,
+        inprocess_server,
         "audit",
         "diabetes-mlp",
         str(data),
@@ -119,8 +107,8 @@ def test_cli_audit_csv_to_parquet_and_jsonl(server: str, tmp_path: Path, model_d
     assert set(model.feature_names) <= set(table.columns)
     sums = table[list(model.feature_names)].sum(axis=1) + table["base_value"]
     np.testing.assert_allclose(sums, table["instance_output_value"], atol=1e-4)
-    jsonl = cli("--url", server, "audit", "diabetes-mlp", str(data), "--no-progress")
+    jsonl = cli("--url", inprocess_server, "audit", "diabetes-mlp", str(data), "--no-progress")
     assert jsonl.returncode == 0, jsonl.stderr
     assert len([json.loads(x) for x in jsonl.stdout.splitlines()]) == 12
-    bad = cli("--url", server, "audit", "nope", str(data), "--no-progress")
+    bad = cli("--url", inprocess_server, "audit", "nope", str(data), "--no-progress")
     assert bad.returncode == 2 and "unknown_model" in bad.stderr

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
-from tests.conftest import free_port, running_server
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 W = [1.0, -2.0, 0.5, 3.0]
@@ -130,21 +130,9 @@ def test_pickle_is_refused(app_client: TestClient) -> None:
     assert app_client.delete("/v2/repository/models/diabetes-mlp").status_code == 409
 
 
-@pytest.fixture(scope="module")
-def upstream(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real server process whose diabetes-mlp is the remote model."""
-    db = f"sqlite:///{tmp_path_factory.mktemp('up') / 'jobs.db'}"
-    env = {
-        "REDIS_URL": None,
-        "MODEL_DIR": str(model_dir),
-        "JOB_QUEUE": "inprocess",
-        "DATABASE_URL": db,
-    }
-    with running_server(env) as url:
-        yield url
-
-
-def test_remote_model_matches_local(app_client: TestClient, upstream: str, model_dir: Path) -> None:
+def test_remote_model_matches_local(
+    app_client: TestClient, inprocess_server: str, model_dir: Path
+) -> None:
     local = ModelRegistry(model_dir).get("diabetes-mlp")
     names = json.dumps(list(local.feature_names))
     r = app_client.post(
@@ -155,7 +143,7 @@ def test_remote_model_matches_local(app_client: TestClient, upstream: str, model
             "input_shape": "[10]",
             "output_names": '["progression"]',
             "feature_names": names,
-            "remote_url": f"{upstream}/v2/models/diabetes-mlp",
+            "remote_url": f"{inprocess_server}/v2/models/diabetes-mlp",
         },
     )
     assert r.status_code == 201, r.text

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -14,7 +12,6 @@ from explainers.games import all_masks
 from explainers.shapley import ShapleyOptions, explain
 from explainers.text import TextGame, text_games, token_spans, word_spans
 from models import Model, TextModel
-from models.text import load_sentiment_minilm
 
 
 class Recorder:
@@ -36,19 +33,14 @@ def rows(*bits: str) -> np.ndarray:
     return np.array([[c == "1" for c in b] for b in bits])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """One torch thread, as the service runs (TORCH_THREADS): on two busy cores, small forward
-    passes with two threads stall for whole scheduler slices (30x slower measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread: None) -> None:
+    """Text tests run on one torch thread (see tests/conftest.py)."""
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> TextModel:
-    return load_sentiment_minilm(tmp_path_factory.mktemp("unused"))
+@pytest.fixture()
+def model(text_model: TextModel) -> TextModel:
+    return text_model
 
 
 def test_word_spans_keep_offsets() -> None:

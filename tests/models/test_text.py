@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,14 @@ from models import text as text_model
 from models.text import CHECK_SET, load_sentiment_minilm
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """One torch thread, as the service runs (TORCH_THREADS): on two busy cores, small forward
-    passes with two threads stall for whole scheduler slices (30x slower measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread: None) -> None:
+    """Text tests run on one torch thread (see tests/conftest.py)."""
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> TextModel:
-    return load_sentiment_minilm(tmp_path_factory.mktemp("unused"))
+@pytest.fixture()
+def model(text_model: TextModel) -> TextModel:
+    return text_model
 
 
 def test_loads_offline_and_fast(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
