@@ -34,13 +34,31 @@ class ExplainRequestBase(BaseModel):
     id: str | None = Field(None, max_length=200, description="request id, echoed back")
 
 
+def spec_fields(spec: ExplainerSpec) -> tuple[str, ...]:
+    """Names of the explainer's own top-level request fields."""
+    return tuple(spec.fields.model_fields) if spec.fields is not None else ()
+
+
 def request_model(spec: ExplainerSpec) -> type[ExplainRequestBase]:
-    """The request body of one explainer: the shared fields plus its typed options."""
+    """The request body of one explainer: the shared fields, its own fields, its options."""
     name = "".join(part.capitalize() for part in spec.name.replace("-", "_").split("_"))
+    own: dict[str, Any] = {}
+    if spec.fields is not None:
+        own = {k: (f.annotation, f) for k, f in spec.fields.model_fields.items()}
+    if not spec.uses_inputs:
+        own["inputs"] = (
+            None,
+            Field(
+                None,
+                description=f"not used: a {spec.name} request describes one instance "
+                f"with its own fields ({', '.join(spec_fields(spec))})",
+            ),
+        )
     return create_model(
         f"{name}ExplainRequest",
         __base__=ExplainRequestBase,
         parameters=(spec.options, Field(default_factory=spec.options)),
+        **own,
     )
 
 
@@ -55,7 +73,9 @@ class PlayerOut(BaseModel):
 class ExplanationOut(BaseModel):
     output_index: int
     output_name: str
-    data: Any = Field(..., description="the instance as sent")
+    data: Any = Field(
+        ..., description="the instance as sent (null when the explainer's own fields carry it)"
+    )
     values: list[float] = Field(..., description="one value per player")
     base_value: float
     instance_output_value: float
@@ -66,6 +86,9 @@ class ExplanationOut(BaseModel):
     interactions: dict[str, Any] | None = None
     players: list[PlayerOut] | None = Field(
         None, description="text models: this instance's players (words or tokens), in order"
+    )
+    details: dict[str, Any] | None = Field(
+        None, description="explainer-specific outputs (a baseline, a ranking, spans, ...)"
     )
     exact: bool
     estimator: str

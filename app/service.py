@@ -16,7 +16,7 @@ from app.errors import ApiError, InvalidInput, NotFound, PayloadTooLarge, from_l
 from app.inputs import resolve_target, to_array
 from app.jobs.store import JobStore
 from app.metrics import Metrics
-from app.schemas import ExplainRequestBase
+from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
@@ -55,6 +55,7 @@ class Prepared:
     key: str
     status: str
     request_id: str
+    fields: dict[str, Any]  # the explainer's own top-level request fields
 
 
 class ExplainService:
@@ -103,7 +104,15 @@ class ExplainService:
             raise PayloadTooLarge(f"at most {s.max_instances} instances per request")
         if req.budget is not None and req.budget > s.max_budget:
             raise ApiError(f"budget may be at most {s.max_budget}", code="budget_too_large")
-        inputs = to_array(model, req.inputs, "inputs")
+        fields = {name: getattr(req, name) for name in spec_fields(spec)}
+        if spec.uses_inputs:
+            inputs = to_array(model, req.inputs, "inputs")
+        elif req.inputs is not None:
+            raise InvalidInput(
+                f"{spec.name} takes its instance as {', '.join(fields)}, not as inputs"
+            )
+        else:
+            inputs = np.empty((0,), dtype=np.float32)
         background = None
         if req.background is not None:
             if isinstance(model, TextModel):
@@ -128,6 +137,7 @@ class ExplainService:
                 "target": target,
                 "background": array_digest(background),
                 "inputs": array_digest(inputs),
+                "fields": req.model_dump(mode="json", include=set(fields)),
             }
         )
         request_id = req.id or uuid.uuid4().hex
@@ -146,7 +156,7 @@ class ExplainService:
                 return Outcome(body, "hit")
             self.metrics.cache.labels(status).inc()
         return Prepared(
-            model, spec, req, inputs, background, target, options, key, status, request_id
+            model, spec, req, inputs, background, target, options, key, status, request_id, fields
         )
 
     def compute(self, p: Prepared) -> Outcome:
@@ -162,6 +172,7 @@ class ExplainService:
                 seed=req.seed,
                 budget=req.budget,
                 background=p.background,
+                **p.fields,
             )
         except (ExplainerError, ModelError) as exc:
             raise from_library(exc) from exc
@@ -223,11 +234,16 @@ class ExplainService:
                 "players": None
                 if e.players is None
                 else [{"text": p.text, "start": p.start, "end": p.end} for p in e.players],
+                "details": e.details,
                 "exact": e.exact,
                 "estimator": e.estimator,
                 "n_model_evals": e.n_model_evals,
             }
-            for e, raw in zip(result.explanations, req.inputs, strict=True)
+            for e, raw in zip(
+                result.explanations,
+                req.inputs if spec.uses_inputs else [None] * len(result.explanations),
+                strict=True,
+            )
         ]
         return {
             "model_name": model.name,

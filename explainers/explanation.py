@@ -37,6 +37,7 @@ class Explanation:
     error_std: np.ndarray | None = None
     interactions: dict[str, Any] | None = None  # {"index", "max_order", "values": {"0,1": v}}
     players: tuple[Span, ...] | None = None  # text: this instance's own players (words, tokens)
+    details: dict[str, Any] | None = None  # explainer-specific outputs (JSON-ready)
 
     @property
     def approximation_error(self) -> float:

@@ -25,6 +25,13 @@ class ExplainerSpec:
     run: Callable[..., ExplainResult]
     description: str
     reference: str
+    # Top-level request fields of this explainer (API.md: `query`/`documents` for RankSHAP,
+    # `corpus`/`foil` for COCOA, ...): a pydantic model whose fields join the request body and
+    # reach `run` as keyword arguments.
+    fields: type[BaseModel] | None = None
+    # False when the explainer's own fields describe the instance (one per request) and the
+    # common `inputs` list is not used; a batch audit's instances are then dicts of those fields.
+    uses_inputs: bool = True
 
 
 EXPLAINERS: tuple[ExplainerSpec, ...] = (

@@ -24,7 +24,7 @@ from app.errors import (
 from app.inputs import to_array
 from app.jobs.queue import Queue
 from app.jobs.store import Job, JobStore
-from app.schemas import request_model
+from app.schemas import request_model, spec_fields
 from app.service import ExplainService
 
 router = APIRouter(tags=["jobs"])
@@ -46,9 +46,14 @@ class LearnBaselineOptions(BaseModel):
 
 
 class JobRequest(BaseModel):
-    """A batch audit (one explain request's fields over many instances) or a training job."""
+    """A batch audit (one explain request's fields over many instances) or a training job.
 
-    model_config = ConfigDict(extra="forbid")
+    An explainer's own top-level request fields (COCOA's `corpus`, ...) are accepted as extra
+    keys and checked against that explainer's request schema. For explainers whose fields carry
+    the instance (RankSHAP's `query`/`documents`), each of `inputs` is a dict of those fields.
+    """
+
+    model_config = ConfigDict(extra="allow")
     kind: Literal["audit", "learn-baseline"] = "audit"
     model: str
     explainer: str = "shapley"
@@ -119,18 +124,32 @@ def _validate(svc: ExplainService, body: JobRequest, max_instances: int) -> dict
     model = svc.model(body.model)
     spec = svc.explainer(model, body.explainer)
     fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
+    fields.update(body.model_extra or {})
+    body_model = request_model(spec)
     try:
-        request_model(spec)(inputs=body.inputs[:1], **fields)
+        if spec.uses_inputs:
+            body_model(inputs=body.inputs[:1], **fields)
+        else:
+            for i, instance in enumerate(body.inputs):
+                if not isinstance(instance, dict):
+                    raise InvalidInput(
+                        f"inputs[{i}]: a {spec.name} instance is an object of "
+                        f"{', '.join(spec_fields(spec))}"
+                    )
+                body_model(**{**fields, **instance})
     except ValidationError as exc:
         raise Unprocessable(
             f"invalid request for {spec.name}: {exc.errors()[0]['msg']}",
             detail=[{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()],
         ) from None
-    to_array(model, body.inputs, "inputs")
+    if spec.uses_inputs:
+        to_array(model, body.inputs, "inputs")
     return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
 
 
 def _validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    if body.model_extra:
+        raise Unprocessable(f"unknown fields for learn-baseline: {sorted(body.model_extra)}")
     model = svc.model(body.model)
     if model.modality != "tabular":
         raise ApiError("learned baselines are for tabular models", code="unsupported_modality")

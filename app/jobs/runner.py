@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from app.errors import ApiError
 from app.jobs.store import FINISHED, Job, JobStore
@@ -52,11 +53,17 @@ def _cancelled(ctx: JobContext, job_id: str) -> bool:
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     """Explain each instance as a one-instance request, through the shared cache."""
     req = job.request
-    body_model = request_model(get_explainer(req["explainer"]))
+    spec = get_explainer(req["explainer"])
+    body_model = request_model(spec)
     pending: dict[int, dict[str, Any]] = {}
     for count, i in enumerate(todo, start=1):
         try:
-            body = body_model(inputs=[req["inputs"][i]], **req["fields"])
+            instance = req["inputs"][i]
+            body = (
+                body_model(inputs=[instance], **req["fields"])
+                if spec.uses_inputs
+                else body_model(**{**req["fields"], **instance})
+            )
             out = ctx.service.explain(job.model, req["explainer"], body, use_cache=True).body
             result: dict[str, Any] = {
                 "explanation": out["data"]["explanations"][0],
@@ -67,6 +74,8 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
                 result["background_audit"] = out["meta"]["background_audit"]
         except ApiError as exc:
             result = {"error": exc.message, "code": exc.code}
+        except ValidationError as exc:
+            result = {"error": f"invalid instance: {exc.errors()[0]['msg']}", "code": "invalid"}
         pending[i] = result
         if count % WRITE_EVERY == 0:
             ctx.store.add_results(job.id, pending)
