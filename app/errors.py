@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from explainers.games import BudgetError, ExplainerError
+from explainers.gradients import NotDifferentiableError
 from explainers.registry import UnknownExplainerError
 from models.base import ModelNotReadyError, UnknownModelError
 
@@ -33,11 +34,19 @@ class ApiError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, *, code: str | None = None, detail: Any = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        detail: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.code
         self.detail = detail
+        self.headers = headers
 
     def with_status(self, status: int) -> ApiError:
         self.status = status
@@ -68,6 +77,18 @@ class NotReady(ApiError):
     code = "not_ready"
 
 
+class Overloaded(ApiError):
+    """Too much heavy work is waiting: come back later (503 with Retry-After)."""
+
+    status = 503
+    code = "overloaded"
+
+
+class GatewayTimeout(ApiError):
+    status = 504
+    code = "timeout"
+
+
 def from_library(exc: Exception) -> ApiError:
     """Map errors of the explainers and models packages to API errors."""
     if isinstance(exc, UnknownModelError):
@@ -76,6 +97,8 @@ def from_library(exc: Exception) -> ApiError:
         return NotFound(str(exc.args[0]), code="unknown_explainer")
     if isinstance(exc, ModelNotReadyError):
         return NotReady(str(exc), code="model_not_ready")
+    if isinstance(exc, NotDifferentiableError):
+        return Unprocessable(str(exc), code="not_differentiable")
     if isinstance(exc, BudgetError):
         return ApiError(str(exc), code="budget_too_small")
     if isinstance(exc, ExplainerError):
@@ -87,19 +110,30 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
     for status, text in [
         (400, "Bad input"),
+        (401, "Missing or invalid API key (when keys are configured)"),
+        (403, "The API key lacks the route's scope"),
         (404, "Unknown model or explainer"),
+        (409, "Conflict with the service's state (e.g. nothing trained yet)"),
         (413, "Payload too large"),
         (422, "Request does not match the schema"),
-        (503, "Not ready"),
+        (429, "Rate limit exceeded (Retry-After says when to retry)"),
+        (503, "Not ready, or overloaded (Retry-After)"),
+        (504, "timeout_ms passed before an answer (no partial estimate possible)"),
     ]
 }
 
 
-def _body(message: str, code: str, detail: Any = None, status: int = 400) -> JSONResponse:
+def _body(
+    message: str,
+    code: str,
+    detail: Any = None,
+    status: int = 400,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     content: dict[str, Any] = {"error": message, "code": code}
     if detail is not None:
         content["detail"] = jsonable_encoder(detail)
-    return JSONResponse(content, status_code=status)
+    return JSONResponse(content, status_code=status, headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -107,7 +141,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _body(exc.message, exc.code, exc.detail, exc.status)
+        return _body(exc.message, exc.code, exc.detail, exc.status, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from explainers import shapley
+from explainers import gradients, shapley
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 
@@ -43,6 +43,16 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         shapley.explain,
         "Shapley values of features, image patches or words: exact, permutation or KernelSHAP",
         "Lundberg & Lee 2017; Castro et al. 2009; Musco & Witter 2025",
+    ),
+    ExplainerSpec(
+        "integrated-gradients",
+        gradients.VERSION,
+        ("tabular", "image"),
+        gradients.IntegratedGradientsOptions,
+        gradients.explain,
+        "Integrated gradients from zero, constant, mean, blur, noise, supplied or background "
+        "(expected gradients) baselines; re-calibrated estimators valid_ip and valid_ref",
+        "Sundararajan et al. 2017; Erion et al. 2021; Sturmfels et al. 2020; Yang et al. 2023",
     ),
 )
 

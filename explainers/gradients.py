@@ -1,0 +1,373 @@
+"""Integrated gradients from static or sampled baselines, and re-calibrated path estimators.
+
+Integrated gradients: Sundararajan, Taly & Yan (ICML 2017). Expected gradients: Erion et al.
+(Nature MI 2021). Blur and uniform-noise baselines: Sturmfels, Lundberg & Lee (Distill 2020).
+Re-calibration (`valid_ip`, `valid_ref`): Yang, Akhtar, Wen, Shah & Mian, "Re-calibrating Feature
+Attributions for Model Interpretation" (ICLR 2023).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.games import BudgetError, ExplainerError
+from models.base import Model, TextModel
+
+VERSION = "1"
+
+Method = Literal[
+    "gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid"
+]
+Output = Literal["probability", "logit"]
+Score = Callable[[torch.Tensor], torch.Tensor]  # [m, *input_shape] -> [m, k]
+RANDOM_BASELINES = ("uniform", "gaussian", "expected")
+
+
+class NotDifferentiableError(ExplainerError):
+    """The model gives no input gradients (a remote black box, or a text model)."""
+
+
+def require_gradients(model: Model) -> None:
+    """Refuse models whose gradients we cannot take."""
+    if isinstance(model, TextModel) or model.modality == "text":
+        raise NotDifferentiableError(
+            f"{model.name} is a text model: gradient explainers take tabular and image models"
+        )
+    if model.platform == "remote":
+        raise NotDifferentiableError(
+            f"{model.name} is a remote endpoint (a black box without gradients); use shapley"
+        )
+
+
+def score_function(model: Model, output: Output) -> Score:
+    """The differentiable scores: the model's outputs, or a classifier's logits.
+
+    Classifiers end in a softmax (models/base.py); `logit` drops that last layer, which needs a
+    `torch.nn.Sequential` whose last module is `torch.nn.Softmax`.
+    """
+    module = model.module
+    if output == "logit":
+        if model.task != "classification":
+            raise OptionError("output 'logit' applies to classifiers; this model is a regressor")
+        if not (
+            isinstance(module, torch.nn.Sequential) and isinstance(module[-1], torch.nn.Softmax)
+        ):
+            raise OptionError(
+                f"{model.name}: logits need a Sequential module ending in Softmax; "
+                "use output 'probability'"
+            )
+        module = module[:-1]
+    net = module
+    return lambda x: net(x).reshape(x.shape[0], -1)
+
+
+def quadrature(method: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points alpha in [0, 1] and weights of the path integral (captum's rules).
+
+    `riemann_trapezoid` uses the textbook weights (sum 1, spacing 1/(steps-1)); captum's variant
+    weights the inner points 1/steps and sums to 1 - 1/steps.
+    """
+    if method == "gausslegendre":
+        x, w = np.polynomial.legendre.leggauss(steps)
+        return 0.5 * (1 + x), 0.5 * w
+    if steps < 2 and method == "riemann_trapezoid":
+        raise OptionError("riemann_trapezoid needs at least 2 steps")
+    n = steps
+    if method == "riemann_left":
+        return np.linspace(0, 1 - 1 / n, n), np.full(n, 1 / n)
+    if method == "riemann_right":
+        return np.linspace(1 / n, 1, n), np.full(n, 1 / n)
+    if method == "riemann_middle":
+        return np.linspace(1 / (2 * n), 1 - 1 / (2 * n), n), np.full(n, 1 / n)
+    if method == "riemann_trapezoid":
+        w = np.full(n, 1 / (n - 1))
+        w[[0, -1]] /= 2
+        return np.linspace(0, 1, n), w
+    raise OptionError(f"unknown integration method {method!r}")
+
+
+def input_gradients(
+    score: Score, points: np.ndarray, target: int, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """d score_target / d input at `points` [p, *shape]: (gradients [p, *shape], scores [p])."""
+    grads = np.empty(points.shape, dtype=np.float64)
+    scores = np.empty(points.shape[0], dtype=np.float64)
+    for start in range(0, points.shape[0], batch_size):
+        chunk = torch.tensor(points[start : start + batch_size], dtype=torch.float32)
+        chunk.requires_grad_(True)
+        with torch.enable_grad():
+            out = score(chunk)[:, target]
+            if not out.requires_grad:
+                raise NotDifferentiableError("the model's output does not depend on its input")
+            # Gradients w.r.t. the input only: the model's parameters never receive .grad.
+            (grad,) = torch.autograd.grad(out.sum(), chunk)
+        grads[start : start + chunk.shape[0]] = grad.numpy()
+        scores[start : start + chunk.shape[0]] = out.detach().numpy()
+    return grads, scores
+
+
+def scores_at(score: Score, x: np.ndarray, batch_size: int) -> np.ndarray:
+    """Scores [m, k] without gradients."""
+    parts = []
+    with torch.inference_mode():
+        for start in range(0, x.shape[0], batch_size):
+            chunk = torch.tensor(x[start : start + batch_size], dtype=torch.float32)
+            parts.append(score(chunk).double().numpy())
+    return np.concatenate(parts)
+
+
+def integrated_gradients(
+    score: Score,
+    x: np.ndarray,
+    baselines: np.ndarray,
+    target: int,
+    steps: int,
+    method: str = "gausslegendre",
+    batch_size: int = 1024,
+) -> np.ndarray:
+    """IG of one input x [*shape] averaged over baselines [b, *shape]: float64 [*shape]."""
+    alphas, weights = quadrature(method, steps)
+    delta = x[None] - baselines  # [b, *shape]
+    shape = (len(alphas),) + (1,) * x.ndim
+    points = baselines[:, None] + alphas.reshape(shape) * delta[:, None]  # [b, s, *shape]
+    grads, _ = input_gradients(score, points.reshape(-1, *x.shape), target, batch_size)
+    grads = grads.reshape(points.shape)
+    path = np.tensordot(weights, grads, axes=([0], [1]))  # [b, *shape]
+    return np.asarray((delta * path).mean(axis=0))
+
+
+def recalibrated(
+    score: Score,
+    x: np.ndarray,
+    references: np.ndarray,
+    target: int,
+    k: int,
+    variant: Literal["valid_ip", "valid_ref"],
+    batch_size: int = 1024,
+) -> np.ndarray:
+    """Re-calibrated IG (Yang et al. 2023): keep only non-negative local terms and average them.
+
+    For k points s = r + t (x - r), t in linspace(0, 1, k), on each reference r, the terms are
+    g(s) / k * (x - s) (valid_ip: the point itself is the local reference) or g(s) / k * (x - r)
+    (valid_ref). Per feature, the attribution is the sum of the non-negative terms divided by
+    their count (0 when none). [*shape], non-negative by construction.
+    """
+    t = np.linspace(0, 1, k) if k > 1 else np.ones(1)
+    shape = (k,) + (1,) * x.ndim
+    delta_ref = x[None] - references  # [b, *shape]
+    points = references[:, None] + t.reshape(shape) * delta_ref[:, None]  # [b, k, *shape]
+    grads, _ = input_gradients(score, points.reshape(-1, *x.shape), target, batch_size)
+    grads = grads.reshape(points.shape) / k
+    delta = x[None, None] - points if variant == "valid_ip" else delta_ref[:, None]
+    terms = (grads * delta).reshape(-1, *x.shape)  # [b * k, *shape]
+    keep = terms >= 0
+    count = keep.sum(axis=0)
+    return np.asarray(np.where(keep, terms, 0.0).sum(axis=0) / np.maximum(count, 1))
+
+
+def blur(x: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian blur of an image [..., H, W] over its last two axes (Sturmfels et al. 2020)."""
+    from scipy.ndimage import gaussian_filter
+
+    sigmas = (0.0,) * (x.ndim - 2) + (sigma, sigma)
+    return np.asarray(gaussian_filter(x.astype(np.float64), sigmas, mode="nearest"))
+
+
+def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Low and high values of the inputs: per feature for tabular models, one pair for images.
+
+    From the background rows (the request's, else the model's); [0, 1] when there are none.
+    """
+    bg = background if background is not None else model.background
+    if bg is None:
+        return np.zeros(model.input_shape), np.ones(model.input_shape)
+    bg = bg.astype(np.float64)
+    if model.modality == "image":
+        return np.full(model.input_shape, bg.min()), np.full(model.input_shape, bg.max())
+    return bg.min(axis=0), bg.max(axis=0)
+
+
+class IntegratedGradientsOptions(BaseModel):
+    """Options of the `integrated-gradients` explainer."""
+
+    model_config = ConfigDict(extra="forbid")
+    baseline: Literal[
+        "zero", "constant", "mean", "blur", "uniform", "gaussian", "supplied", "expected"
+    ] = Field(
+        "zero",
+        description="zero; constant (baseline_value, a number); mean of the background rows; "
+        "blur (images: Gaussian blur of the input); uniform noise in the data range; gaussian "
+        "noise around the input (IG-SG reference); supplied (baseline_value, one value per "
+        "feature); expected: background rows (expected gradients)",
+    )
+    baseline_value: float | list[Any] | None = Field(
+        None, description="constant: a number; supplied: one value per input feature"
+    )
+    estimator: Literal["path", "valid_ip", "valid_ref"] = Field(
+        "path",
+        description="path: integrated gradients (additive); valid_ip / valid_ref: the ICLR 2023 "
+        "re-calibrated estimators (non-negative, not additive)",
+    )
+    steps: int | None = Field(
+        None, ge=1, le=1024, description="points per path; default 50 (path), 5 (valid_*)"
+    )
+    method: Method = Field("gausslegendre", description="quadrature of the path (path only)")
+    n_baselines: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="references drawn for uniform, gaussian and expected baselines; default 10",
+    )
+    blur_sigma: float | None = Field(
+        None, gt=0, le=100, description="blur: sigma in pixels; default min(H, W) / 4 (ours)"
+    )
+    noise_scale: float = Field(
+        0.15, gt=0, le=10, description="gaussian: sigma as a fraction of the data range"
+    )
+    output: Output = Field(
+        "probability",
+        description="attribute the model's output (a class probability for classifiers) or, "
+        "for classifiers ending in a softmax, the logit",
+    )
+    batch_size: int = Field(1024, ge=1, le=65536, description="rows per forward/backward pass")
+
+
+def make_baselines(
+    model: Model,
+    x: np.ndarray,
+    options: IntegratedGradientsOptions,
+    background: np.ndarray | None,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Baselines [b, *shape] of one input x [*shape]."""
+    kind, shape = options.baseline, model.input_shape
+    n = options.n_baselines or 10
+    if kind == "zero":
+        return np.zeros((1, *shape))
+    if kind in ("constant", "supplied"):
+        if options.baseline_value is None:
+            raise OptionError(f"baseline {kind!r} needs baseline_value")
+        value = np.asarray(options.baseline_value, dtype=np.float64)
+        if kind == "constant" and value.ndim != 0:
+            raise OptionError("baseline 'constant' takes one number; use 'supplied' for a row")
+        if kind == "supplied" and value.size != model.n_features:
+            raise OptionError(f"baseline_value needs {model.n_features} values, got {value.size}")
+        if not np.all(np.isfinite(value)):
+            raise OptionError("baseline_value must be finite")
+        return np.broadcast_to(value.reshape(-1), (model.n_features,)).reshape(1, *shape)
+    if kind == "blur":
+        if model.modality != "image":
+            raise OptionError("baseline 'blur' applies to image models")
+        sigma = options.blur_sigma or min(shape[-2:]) / 4
+        return blur(x, sigma)[None]
+    bg = background if background is not None else model.background
+    if kind in ("mean", "expected") and bg is None:
+        raise OptionError(f"baseline {kind!r} needs background rows; send a background")
+    if kind == "mean":
+        return np.asarray(bg, dtype=np.float64).mean(axis=0, keepdims=True)
+    if kind == "expected":
+        rows = rng.choice(len(bg), n, replace=n > len(bg))  # type: ignore[arg-type]
+        return np.asarray(bg, dtype=np.float64)[rows]
+    low, high = data_range(model, background)
+    if kind == "uniform":
+        return rng.uniform(low, high, size=(n, *shape))
+    sigma = options.noise_scale * (high - low)  # gaussian: IG-SG references, clipped to range
+    return np.clip(x + rng.normal(size=(n, *shape)) * sigma, low, high)
+
+
+def resolve(options: IntegratedGradientsOptions) -> dict[str, Any]:
+    """The options after defaults, as echoed in meta.parameters."""
+    echo = options.model_dump()
+    if echo["steps"] is None:
+        echo["steps"] = 50 if options.estimator == "path" else 5
+    random = options.baseline in RANDOM_BASELINES
+    echo["n_baselines"] = (options.n_baselines or 10) if random else 1
+    if options.n_baselines is not None and not random:
+        raise OptionError(f"n_baselines applies to {list(RANDOM_BASELINES)} baselines")
+    if options.estimator != "path":
+        echo.pop("method")
+    if options.baseline != "blur":
+        echo.pop("blur_sigma")
+    if options.baseline != "gaussian":
+        echo.pop("noise_scale")
+    if options.baseline not in ("constant", "supplied"):
+        if options.baseline_value is not None:
+            raise OptionError("baseline_value applies to the constant and supplied baselines")
+        echo.pop("baseline_value")
+    return echo
+
+
+def pick_target(model: Model, target: int | None, scores: np.ndarray) -> int:
+    """The output to explain: the request's, else the predicted class (or the single output)."""
+    if target is None:
+        return int(np.argmax(scores)) if model.task == "classification" else 0
+    if not 0 <= target < model.n_outputs:
+        raise OptionError(f"target out of range for {model.n_outputs} outputs")
+    return target
+
+
+def explain(
+    model: Model,
+    inputs: np.ndarray,
+    *,
+    options: IntegratedGradientsOptions,
+    target: int | None = None,
+    seed: int = 0,
+    budget: int | None = None,
+    background: np.ndarray | None = None,
+) -> ExplainResult:
+    """Integrated gradients (or a re-calibrated estimator) of each input for one output."""
+    require_gradients(model)
+    echo = resolve(options)
+    if options.baseline == "blur":
+        echo["blur_sigma"] = options.blur_sigma or min(model.input_shape[-2:]) / 4
+    steps, n_refs = echo["steps"], echo["n_baselines"]
+    cost = n_refs * steps + n_refs + 1  # gradient rows, plus the baselines' and the input's scores
+    if budget is not None and cost > budget:
+        raise BudgetError(
+            f"{n_refs} baseline(s) x {steps} steps cost {cost} model evaluations; budget {budget}"
+        )
+    score = score_function(model, options.output)
+    rng = np.random.default_rng(seed)
+    explanations = []
+    for x in inputs.astype(np.float64):
+        refs = make_baselines(model, x, options, background, rng)
+        outs = scores_at(score, np.concatenate([x[None], refs]), options.batch_size)
+        out = pick_target(model, target, outs[0])
+        if options.estimator == "path":
+            attr = integrated_gradients(
+                score, x, refs, out, steps, options.method, options.batch_size
+            )
+        else:
+            attr = recalibrated(score, x, refs, out, steps, options.estimator, options.batch_size)
+        base, full = float(outs[1:, out].mean()), float(outs[0, out])
+        details: dict[str, Any] = {"completeness_gap": float(attr.sum()) + base - full}
+        if n_refs == 1:
+            details["baseline"] = refs[0].reshape(-1).tolist()
+        explanations.append(
+            Explanation(
+                output_index=out,
+                values=attr.reshape(-1),
+                base_value=base,
+                instance_output_value=full,
+                exact=False,
+                n_model_evals=cost,
+                estimator=f"ig-{options.method}"
+                if options.estimator == "path"
+                else options.estimator,
+                details=details,
+            )
+        )
+    return ExplainResult(
+        tuple(explanations),
+        tuple(model.feature_names),
+        echo,
+        cost,
+        additive=options.estimator == "path",
+    )
