@@ -12,7 +12,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import auth, errors, repository
+from app import auth, errors, ratelimit, repository
 from app.cache import Cache, MemoryCache, RedisCache
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         log.error("registered model %s could not be loaded: %s", name, reason)
     app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
     app.state.io_limiter = anyio.CapacityLimiter(settings.io_workers)
+    app.state.pending_explains = 0  # explanations queued or running (bounded: 503 beyond)
     errors.install(app)
     app.include_router(router)
     app.include_router(job_routes.router)
@@ -143,6 +144,11 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     keys = auth.parse_keys(settings.api_keys)
     if not keys:
         log.warning("no API keys configured: every route is open (meant for local use)")
+    limits = ratelimit.parse_limits(settings.rate_limit)
+    if limits:  # inside the key check, so it counts per key
+        app.add_middleware(
+            ratelimit.RateLimit, items=limits, storage=ratelimit.make_storage(settings.redis_url)
+        )
     app.add_middleware(auth.ApiKeyAuth, keys=keys)
     app.add_middleware(
         BodyLimit, limit=settings.max_body_bytes, upload_limit=settings.max_model_bytes + (1 << 20)

@@ -13,7 +13,14 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound
+from app.errors import (
+    ERROR_RESPONSES,
+    ApiError,
+    GatewayTimeout,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+)
 from app.inputs import to_array
 from app.schemas import (
     ExplainerInfo,
@@ -27,7 +34,7 @@ from app.schemas import (
     TensorMeta,
     request_model,
 )
-from app.service import ExplainService, Outcome
+from app.service import ExplainService, Outcome, Prepared
 from explainers.registry import EXPLAINERS, ExplainerSpec
 from models.base import Model, TextModel
 
@@ -205,6 +212,36 @@ async def list_explainers() -> list[ExplainerInfo]:
     ]
 
 
+async def bounded_compute(request: Request, svc: ExplainService, prepared: Prepared) -> Outcome:
+    """Compute on the bounded pool; 503 when too much waits, 504 at the request's deadline.
+
+    Sampling estimators watch the deadline themselves (and may answer with a partial estimate);
+    for the rest the answer is abandoned at the deadline while the thread finishes in the pool.
+    """
+    state = request.app.state
+    if state.pending_explains >= state.settings.max_pending_explains:
+        raise Overloaded(
+            f"{state.pending_explains} explanations are already queued or running; retry soon",
+            headers={"Retry-After": "1"},
+        )
+    state.pending_explains += 1
+    try:
+        if prepared.deadline is None:
+            outcome: Outcome = await off_loop(request, svc.compute, prepared)
+            return outcome
+        grace = 0.25  # let a cooperative explainer return its partial estimate first
+        with anyio.move_on_after(max(prepared.deadline - time.monotonic(), 0) + grace):
+            outcome = await anyio.to_thread.run_sync(
+                svc.compute, prepared, limiter=state.limiter, abandon_on_cancel=True
+            )
+            return outcome
+        raise GatewayTimeout(
+            f"timeout_ms={prepared.req.timeout_ms} passed before an answer",
+        )
+    finally:
+        state.pending_explains -= 1
+
+
 def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]:
     """The handler of POST /v2/models/{model}/explain/<spec.name>, typed by its options."""
     body_model = request_model(spec)
@@ -213,6 +250,7 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]
         svc = service(request)
         use_cache = "no-cache" not in request.headers.get("cache-control", "").lower()
         start = time.perf_counter()
+        arrived = time.monotonic()
         status = 500
         try:
             # Validation and the cache look-up run on a wide pool: a hit never waits behind
@@ -223,12 +261,13 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]
                 spec.name,
                 body,
                 use_cache,
+                arrived,
                 limiter=request.app.state.io_limiter,
             )
             outcome = (
                 prepared
                 if isinstance(prepared, Outcome)
-                else await off_loop(request, svc.compute, prepared)
+                else await bounded_compute(request, svc, prepared)
             )
             status = 200
         except ApiError as exc:

@@ -32,6 +32,13 @@ class ExplainRequestBase(BaseModel):
         "(not for text models)",
     )
     id: str | None = Field(None, max_length=200, description="request id, echoed back")
+    timeout_ms: int | None = Field(
+        None,
+        ge=1,
+        le=3_600_000,
+        description="time limit from arrival: 504 when it passes, or for the permutation "
+        "estimator the anytime estimate reached so far (meta.partial true, not cached)",
+    )
 
 
 def spec_fields(spec: ExplainerSpec) -> tuple[str, ...]:
@@ -106,6 +113,9 @@ class ExplainMeta(BaseModel):
     additive: bool
     compute_ms: float
     cache: Literal["hit", "miss", "bypass"]
+    partial: bool = Field(
+        False, description="true when timeout_ms cut a sampling estimator short (fewer samples)"
+    )
     parameters: dict[str, Any]
     background_audit: dict[str, Any] | None = Field(
         None,

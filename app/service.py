@@ -12,14 +12,21 @@ from typing import Any
 import numpy as np
 
 from app.cache import Cache, CacheUnavailable, cache_key
-from app.errors import ApiError, InvalidInput, NotFound, PayloadTooLarge, from_library
+from app.errors import (
+    ApiError,
+    GatewayTimeout,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    from_library,
+)
 from app.inputs import resolve_target, to_array
 from app.jobs.store import JobStore
 from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
 from explainers.explanation import ExplainResult
-from explainers.games import ExplainerError
+from explainers.games import DeadlineExceeded, ExplainerError, deadline
 from explainers.registry import ExplainerSpec, get_explainer
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
@@ -56,6 +63,7 @@ class Prepared:
     status: str
     request_id: str
     fields: dict[str, Any]  # the explainer's own top-level request fields
+    deadline: float | None  # time.monotonic() by which to answer (timeout_ms from arrival)
 
 
 class ExplainService:
@@ -94,9 +102,19 @@ class ExplainService:
         return prepared if isinstance(prepared, Outcome) else self.compute(prepared)
 
     def prepare(
-        self, model_name: str, explainer_name: str, req: ExplainRequestBase, use_cache: bool
+        self,
+        model_name: str,
+        explainer_name: str,
+        req: ExplainRequestBase,
+        use_cache: bool,
+        arrived: float | None = None,
     ) -> Outcome | Prepared:
-        """Validate and consult the cache: cheap, so hits never wait for a compute slot."""
+        """Validate and consult the cache: cheap, so hits never wait for a compute slot.
+
+        `arrived` (time.monotonic()) starts the request's `timeout_ms`; default: now.
+        """
+        arrived = time.monotonic() if arrived is None else arrived
+        limit = None if req.timeout_ms is None else arrived + req.timeout_ms / 1000
         model = self.model(model_name)
         spec = self.explainer(model, explainer_name)
         s = self.settings
@@ -156,7 +174,18 @@ class ExplainService:
                 return Outcome(body, "hit")
             self.metrics.cache.labels(status).inc()
         return Prepared(
-            model, spec, req, inputs, background, target, options, key, status, request_id, fields
+            model,
+            spec,
+            req,
+            inputs,
+            background,
+            target,
+            options,
+            key,
+            status,
+            request_id,
+            fields,
+            limit,
         )
 
     def compute(self, p: Prepared) -> Outcome:
@@ -164,21 +193,30 @@ class ExplainService:
         model, spec, req, status = p.model, p.spec, p.req, p.status
         start = time.perf_counter()
         try:
-            result = spec.run(
-                model,
-                p.inputs,
-                options=p.options,
-                target=p.target,
-                seed=req.seed,
-                budget=req.budget,
-                background=p.background,
-                **p.fields,
-            )
+            with deadline(p.deadline):
+                result = spec.run(
+                    model,
+                    p.inputs,
+                    options=p.options,
+                    target=p.target,
+                    seed=req.seed,
+                    budget=req.budget,
+                    background=p.background,
+                    **p.fields,
+                )
+        except DeadlineExceeded as exc:
+            raise GatewayTimeout(
+                f"timeout_ms={req.timeout_ms} passed before an answer; raise it, lower the "
+                "budget, or use estimator permutation for an anytime (partial) estimate"
+            ) from exc
         except (ExplainerError, ModelError) as exc:
             raise from_library(exc) from exc
         elapsed = (time.perf_counter() - start) * 1000
         body = self._shape(model, spec, req, result, elapsed, status)
         self.metrics.model_evals.labels(model.name, spec.name).inc(body["meta"]["n_model_evals"])
+        if body["meta"]["partial"]:  # fewer samples than asked: never served again from cache
+            status = "bypass"
+            body["meta"]["cache"] = "bypass"
         if status == "miss":
             try:
                 self.cache.set(p.key, json.dumps(body))
@@ -260,6 +298,7 @@ class ExplainService:
                 "additive": result.additive,
                 "compute_ms": round(elapsed_ms, 3),
                 "cache": cache,
+                "partial": any(e.partial for e in result.explanations),
                 "parameters": result.parameters,
                 **result.meta,
             },

@@ -40,6 +40,14 @@ class Settings(BaseSettings):
     explain_workers: int = 2  # concurrent explanations being computed
     io_workers: int = 32  # concurrent validations and cache look-ups
     torch_threads: int = 1
+    max_pending_explains: int = Field(
+        64, ge=1, description="explanations queued or running; beyond: 503 with Retry-After"
+    )
+    rate_limit: str | None = Field(
+        None,
+        description='per API key (or client address when open), e.g. "50/second; 2000/minute"; '
+        "unset: no limit. Shared through Redis when REDIS_URL is set",
+    )
     database_url: str = Field(
         default_factory=_default_database_url, description="jobs and results (SQLAlchemy URL)"
     )

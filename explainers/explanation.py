@@ -38,6 +38,7 @@ class Explanation:
     interactions: dict[str, Any] | None = None  # {"index", "max_order", "values": {"0,1": v}}
     players: tuple[Span, ...] | None = None  # text: this instance's own players (words, tokens)
     details: dict[str, Any] | None = None  # explainer-specific outputs (JSON-ready)
+    partial: bool = False  # an anytime estimate cut short by the deadline
 
     @property
     def approximation_error(self) -> float:

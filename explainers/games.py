@@ -5,7 +5,10 @@ A game maps a boolean mask array [m, n] (True = player present) to values [m] or
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,36 @@ class ExplainerError(Exception):
 
 class BudgetError(ExplainerError):
     """The budget cannot pay for what was asked."""
+
+
+class DeadlineExceeded(ExplainerError):
+    """The caller's time limit passed before the work was done."""
+
+
+# time.monotonic() by which the current explanation must finish (None: no limit). A context
+# variable, so it follows the computation into its thread without changing any signature.
+_DEADLINE: ContextVar[float | None] = ContextVar("explain_deadline", default=None)
+
+
+@contextmanager
+def deadline(at: float | None) -> Iterator[None]:
+    """Run the block under a deadline (a time.monotonic() value; None: none)."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def has_deadline() -> bool:
+    return _DEADLINE.get() is not None
+
+
+def check_deadline() -> None:
+    """Raise DeadlineExceeded once the current deadline has passed; long loops call this."""
+    at = _DEADLINE.get()
+    if at is not None and time.monotonic() > at:
+        raise DeadlineExceeded("the time limit (timeout_ms) passed before the answer was ready")
 
 
 def rows_per_coalition(game: Game) -> int:
@@ -63,6 +96,7 @@ class GameRecorder:
     def _raw(self, masks: np.ndarray) -> np.ndarray:
         if masks.shape[0] == 0:
             return np.zeros((0, self.n_outputs or 1))
+        check_deadline()
         rem = self.remaining
         if rem is not None and masks.shape[0] > rem:
             raise BudgetError(

@@ -329,6 +329,7 @@ def _pick(est: Estimate, model: Model, target: int | None) -> Explanation:
         n_model_evals=est.n_evaluations,
         estimator=est.estimator,
         error_std=None if est.error_std is None else est.error_std[:, out],
+        partial=est.partial,
     )
 
 

@@ -94,3 +94,23 @@ class TextModel(Model):
     def predict(self, x: np.ndarray | Sequence[str]) -> np.ndarray:
         """Texts -> float32 [m, k], without gradients."""
         return np.asarray(self.predict_texts([str(t) for t in x]), dtype=np.float32)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankerModel(Model):
+    """A ranker: scores candidate documents for a query (modality "ranker").
+
+    `score_lists` maps m queries and m lists of K documents each to float [m, K] (higher ranks
+    first). `input_shape` is () and `output_names` is ("score",): one score per document.
+    """
+
+    score_lists: Callable[[Sequence[str], Sequence[Sequence[str]]], np.ndarray]
+    mask_token: str | None = None  # what replaces an absent term when absence="mask"
+    max_chars: int = 4000  # per document and per query
+
+    def score(self, query: str, documents: Sequence[str]) -> np.ndarray:
+        """Scores of documents for one query. float64 [K]"""
+        return np.asarray(self.score_lists([query], [documents]), dtype=np.float64)[0]
+
+    def predict(self, x: np.ndarray | Sequence[str]) -> np.ndarray:
+        raise ModelError(f"{self.name} ranks documents for a query; it has no per-row predict")

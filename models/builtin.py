@@ -19,6 +19,8 @@ from filelock import FileLock
 from torch import nn
 
 from models.base import Model, UnknownModelError
+from models.encoders import load_digits_encoder, load_minilm_encoder
+from models.rankers import load_bm25, load_minilm_ranker
 from models.text import load_sentiment_minilm
 
 log = logging.getLogger(__name__)
@@ -429,4 +431,8 @@ BUILTINS: tuple[BuiltinModel, ...] = (
     BuiltinModel("breast-cancer-mlp", "tabular", load_breast_cancer_mlp),
     BuiltinModel("digits-cnn", "image", load_digits_cnn),
     BuiltinModel("sentiment-minilm", "text", load_sentiment_minilm),
+    BuiltinModel("bm25", "ranker", load_bm25),
+    BuiltinModel("minilm-ranker", "ranker", load_minilm_ranker),
+    BuiltinModel("minilm-encoder", "encoder", load_minilm_encoder),
+    BuiltinModel("digits-encoder", "encoder", load_digits_encoder),
 )

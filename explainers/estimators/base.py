@@ -22,6 +22,7 @@ class Estimate:
     n_coalitions: int
     estimator: str
     error_std: np.ndarray | None = None  # standard error per value, same shape as values
+    partial: bool = False  # stopped early at the deadline: an anytime estimate on fewer samples
 
     @property
     def efficiency_gap(self) -> np.ndarray:

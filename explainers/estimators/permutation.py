@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from explainers.estimators.base import Estimate
-from explainers.games import BudgetError, GameRecorder
+from explainers.games import BudgetError, DeadlineExceeded, GameRecorder, has_deadline
 
 MAX_PERMUTATIONS = 1 << 16
+ROUNDS = 8  # under a deadline, permutations are evaluated in this many rounds (anytime)
 
 
 def min_coalitions(n: int) -> int:
@@ -61,7 +62,22 @@ def permutation(recorder: GameRecorder, rng: np.random.Generator) -> Estimate:
     ranks = _plan(n, MAX_PERMUTATIONS * 2 * n if remaining is None else remaining, rng)
     chains = _chains(ranks)  # [p, 2(n+1), n]
     p = ranks.shape[0]
-    values = recorder(chains.reshape(-1, n)).reshape(p, 2, n + 1, -1)  # [p, fwd/bwd, step, k]
+    partial = False
+    if has_deadline() and p > 1:  # anytime: stop between rounds when time runs out
+        done: list[np.ndarray] = []
+        for block in np.array_split(np.arange(p), min(ROUNDS, p)):
+            try:
+                done.append(recorder(chains[block].reshape(-1, n)))
+            except DeadlineExceeded:
+                if not done:
+                    raise
+                partial = True
+                break
+        p = sum(len(d) for d in done) // (2 * (n + 1))
+        ranks = ranks[:p]
+        values = np.concatenate(done).reshape(p, 2, n + 1, -1)
+    else:
+        values = recorder(chains.reshape(-1, n)).reshape(p, 2, n + 1, -1)  # [p, fwd/bwd, step, k]
     # Player ranked j enters at forward step j+1 and leaves at backward step j+1.
     fwd_gain = values[:, 0, 1:] - values[:, 0, :-1]  # [p, j, k]
     bwd_gain = values[:, 1, :-1] - values[:, 1, 1:]
@@ -76,4 +92,5 @@ def permutation(recorder: GameRecorder, rng: np.random.Generator) -> Estimate:
         n_coalitions=recorder.n_coalitions,
         estimator="permutation",
         error_std=None if error is None else recorder.shape_out(error),
+        partial=partial,
     )
