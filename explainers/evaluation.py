@@ -139,7 +139,8 @@ def faithfulness(
 
 
 def max_sensitivity(
-    rerun: Callable[[np.ndarray], np.ndarray],
+    rerun: Rerun,
+    output: int,
     x: np.ndarray,
     values: np.ndarray,
     scale: np.ndarray,
@@ -149,7 +150,7 @@ def max_sensitivity(
     """max and mean over perturbed inputs of ||phi(x + noise) - phi(x)|| / ||phi(x)||."""
     noise = rng.uniform(-options.radius, options.radius, (options.n_perturbations, *x.shape))
     perturbed = (x[None] + noise * scale).astype(np.float32)
-    again = np.asarray(rerun(perturbed), dtype=np.float64).reshape(len(perturbed), -1)
+    again = np.asarray(rerun(perturbed, output), dtype=np.float64).reshape(len(perturbed), -1)
     norm = float(np.linalg.norm(values)) or 1.0
     ratios = np.linalg.norm(again - values[None], axis=1) / norm
     return {"max": float(ratios.max()), "mean": float(ratios.mean())}
@@ -236,7 +237,8 @@ def evaluate(
         if isinstance(model, TextModel):
             raise OptionError("sensitivity adds numeric noise: not for text models")
     rng = np.random.default_rng(seed)
-    figures, resolved = [], options.removal
+    figures: list[dict[str, Any]] = []
+    resolved: str = options.removal
     scale: np.ndarray | float = 1.0
     if model.modality != "image" and not isinstance(model, TextModel):
         bg = background if background is not None else model.background
@@ -258,9 +260,8 @@ def evaluate(
             game = MaskedModelGame(model.predict, x, refs, groups, model.batch_size)
         one = faithfulness(game, values, e.output_index, options, rng)
         if "sensitivity" in options.metrics and rerun is not None:
-            out = e.output_index
             one["sensitivity"] = max_sensitivity(
-                lambda xs, out=out: rerun(xs, out), x, values, np.asarray(scale), options, rng
+                rerun, e.output_index, x, values, np.asarray(scale), options, rng
             )
         figures.append(one)
     echo = options.model_dump()

@@ -98,8 +98,8 @@ def unlearned_output(
         pairs = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
         scale = options.unlearning_lr
         if options.unlearning_rule == "normalized":
-            g_norm = torch.sqrt(sum((g.double() ** 2).sum() for _, g in pairs))
-            p_norm = torch.sqrt(sum((p.detach().double() ** 2).sum() for p, _ in pairs))
+            g_norm = torch.cat([g.double().reshape(-1) for _, g in pairs]).norm()
+            p_norm = torch.cat([p.detach().double().reshape(-1) for p, _ in pairs]).norm()
             scale *= float(p_norm / g_norm.clamp_min(_TINY))
         with torch.no_grad():
             for p, g in pairs:

@@ -91,11 +91,12 @@ def test_sensitivity_closed_form_for_ig_on_linear_model() -> None:
     zero = IntegratedGradientsOptions(baseline="zero", steps=4)
     values = ig_explain(model, X, options=zero).explanations[0].values  # w * x
 
-    def rerun(xs: np.ndarray) -> np.ndarray:
-        return np.stack([e.values for e in ig_explain(model, xs, options=zero).explanations])
+    def rerun(xs: np.ndarray, out: int) -> np.ndarray:
+        again = ig_explain(model, xs, options=zero, target=out).explanations
+        return np.stack([e.values for e in again])
 
     opts = EvaluateOptions(n_perturbations=5, radius=0.1)
-    got = max_sensitivity(rerun, X[0], values, np.ones(5), opts, np.random.default_rng(7))
+    got = max_sensitivity(rerun, 0, X[0], values, np.ones(5), opts, np.random.default_rng(7))
     noise = np.random.default_rng(7).uniform(-0.1, 0.1, (5, 5)).astype(np.float32)
     ratios = np.linalg.norm(W * noise, axis=1) / np.linalg.norm(values)
     assert got["max"] == pytest.approx(ratios.max(), rel=1e-4)
