@@ -52,8 +52,8 @@ def parse_keys(raw: str | None) -> list[ApiKey]:
 
 def required_scope(method: str, path: str) -> str | None:
     """The scope a route needs; None for public routes."""
-    if path.startswith(PUBLIC):
-        return None
+    if path.startswith(PUBLIC) or path == "/" or path.startswith("/static/"):
+        return None  # the web page and its files hold no data; its API calls send a key
     if path.startswith("/v2/repository/") or path == "/metrics":
         return "admin"
     if path.startswith("/v2/jobs"):

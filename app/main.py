@@ -12,12 +12,13 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import auth, errors, ratelimit, repository
+from app import auth, errors, evaluate, ratelimit, repository, ui
 from app.cache import Cache, MemoryCache, RedisCache
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
 from app.jobs.runner import JobContext
 from app.jobs.store import JobStore
+from app.logging import RequestContext
 from app.metrics import Metrics
 from app.routes import add_explain_routes, router
 from app.service import ExplainService
@@ -140,7 +141,10 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.include_router(router)
     app.include_router(job_routes.router)
     app.include_router(repository.router)
+    app.include_router(evaluate.router)  # POST /v2/models/{model}/evaluate
     add_explain_routes(app)
+    ui.install(app)  # the web page at /, its static files, plot routes
+    metrics.watch_jobs(queue, jobs, settings.redis_url)
     keys = auth.parse_keys(settings.api_keys)
     if not keys:
         log.warning("no API keys configured: every route is open (meant for local use)")
@@ -153,6 +157,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.add_middleware(
         BodyLimit, limit=settings.max_body_bytes, upload_limit=settings.max_model_bytes + (1 << 20)
     )
+    app.add_middleware(RequestContext, metrics=metrics)  # outermost: every answer has an id
     return app
 
 

@@ -9,7 +9,7 @@ from app.cache import MemoryCache, RedisCache
 from app.jobs.queue import TASK_NAME
 from app.jobs.runner import JobContext, run_chunk
 from app.jobs.store import JobStore
-from app.metrics import Metrics
+from app.metrics import Heartbeat, Metrics
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
@@ -39,6 +39,7 @@ def main() -> None:
     service.jobs = store
     ctx = JobContext(service, store)
     app = make_celery(settings.redis_url, settings.job_visibility_timeout_s)
+    Heartbeat(settings.redis_url).start()  # /metrics: worker_heartbeat_timestamp_seconds
 
     @app.task(name=TASK_NAME)
     def chunk_task(job_id: str, chunk: int) -> None:

@@ -75,6 +75,31 @@ class Explained:
         )
 
 
+def shap_explanation(arguments: dict[str, Any]) -> Any:
+    """A shap.Explanation from a `format=shap` answer (POST .../plot?format=shap or /v2/plots).
+
+    Text players differ per instance, so their values and words become object arrays of
+    arrays, the ragged form shap's text plot reads.
+    """
+    import shap
+
+    def array(value: Any) -> np.ndarray:
+        rows = [np.asarray(row) for row in value]
+        if len({row.shape for row in rows}) <= 1:
+            return np.asarray(value)
+        out = np.empty(len(rows), dtype=object)
+        out[:] = rows
+        return out
+
+    ragged = ("values", "data", "error_std")
+    kwargs = {k: array(v) if k in ragged else v for k, v in arguments.items()}
+    data = kwargs.get("data")
+    if isinstance(data, np.ndarray) and data.dtype == object:
+        kwargs["feature_names"] = data  # text: the words name the players per instance
+    kwargs["base_values"] = np.asarray(kwargs["base_values"])
+    return shap.Explanation(**kwargs)
+
+
 @dataclass(frozen=True)
 class AuditResult:
     """A finished job: its final status (with summary) and every result line."""

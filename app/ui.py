@@ -1,0 +1,149 @@
+"""The web explorer at `/` (static files, no CDN) and the plot routes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from app import plots
+from app.errors import ERROR_RESPONSES
+from app.routes import explain_route, off_loop, service
+from app.schemas import ExplainResponse, request_model
+from app.service import ExplainService
+from explainers.registry import EXPLAINERS, ExplainerSpec
+
+STATIC = Path(__file__).parent / "static"
+MEDIA = {"png": "image/png", "svg": "image/svg+xml"}
+PLOT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    200: {
+        "description": "PNG or SVG (matplotlib), a Vega-Lite v6 spec, or shap.Explanation "
+        "keyword arguments (format=shap)",
+        "content": {"image/png": {}, "image/svg+xml": {}, "application/json": {}},
+    },
+}
+
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    return FileResponse(STATIC / "index.html")
+
+
+def _examples(svc: ExplainService, name: str, n: int) -> dict[str, Any]:
+    model = svc.model(name)
+    rows = model.background if model.background is not None else model.reference
+    if rows is None:
+        return {"instances": [], "min": None, "max": None, "source": None}
+    rows = np.asarray(rows)
+    numeric = rows.dtype.kind in "fiu"
+    return {
+        "instances": rows[:n].tolist(),
+        "min": rows.min(axis=0).tolist() if numeric else None,
+        "max": rows.max(axis=0).tolist() if numeric else None,
+        "source": model.background_info.get("description"),
+    }
+
+
+@router.get("/v2/models/{model}/examples", tags=["models"], responses={404: ERROR_RESPONSES[404]})
+async def examples(request: Request, model: str, n: int = Query(5, ge=1, le=100)) -> dict[str, Any]:
+    """A few instances from the model's background data (inputs for the explorer and for
+    trying the API), with the per-feature minimum and maximum over that data."""
+    result: dict[str, Any] = await off_loop(request, _examples, service(request), model, n)
+    return result
+
+
+@dataclass(frozen=True)
+class PlotQuery:
+    format: str
+    kind: str
+    index: int
+    max_features: int
+
+
+FORMAT = Query("png", description="png or svg (matplotlib), vega-lite, or shap")
+KIND = Query(
+    "auto",
+    description="auto: heatmap for images, text for text players, waterfall for additive "
+    "explanations, bar otherwise",
+)
+INDEX = Query(0, ge=0, description="which explanation of the response")
+MAX_FEATURES = Query(20, ge=1, le=1000, description="bars shown; the rest are summed in one")
+
+
+async def render(body: dict[str, Any], q: PlotQuery) -> Response:
+    """Matplotlib runs in a worker thread: it is CPU work and must not block the loop."""
+    if q.format == "shap":
+        return JSONResponse(plots.shap_arguments(body))
+    if q.format == "vega-lite":
+        spec = plots.vega_lite(body, q.kind, q.index, q.max_features)
+        return JSONResponse(spec, media_type="application/json")
+    image = await anyio.to_thread.run_sync(
+        plots.image_bytes, body, q.format, q.kind, q.index, q.max_features
+    )
+    return Response(image, media_type=MEDIA[q.format])
+
+
+@router.post("/v2/plots", tags=["plots"], response_class=Response, responses=PLOT_RESPONSES)
+async def plot_response(
+    body: ExplainResponse,
+    format: plots.Format = FORMAT,
+    kind: plots.Kind = KIND,
+    index: int = INDEX,
+    max_features: int = MAX_FEATURES,
+) -> Response:
+    """Render an explain response (the JSON an explain route returned) as a plot."""
+    q = PlotQuery(format, kind, index, max_features)
+    return await render(body.model_dump(mode="json"), q)
+
+
+def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
+    """POST /v2/models/{model}/explain/<name>/plot: explain (cache, metrics as usual), render."""
+    body_model = request_model(spec)
+    explain = explain_route(spec)
+
+    async def handler(
+        request: Request,
+        model: str,
+        body: body_model,  # type: ignore[valid-type]
+        format: plots.Format = FORMAT,
+        kind: plots.Kind = KIND,
+        index: int = INDEX,
+        max_features: int = MAX_FEATURES,
+    ) -> Response:
+        answer = await explain(request, model, body)
+        result = await render(
+            json.loads(bytes(answer.body)), PlotQuery(format, kind, index, max_features)
+        )
+        result.headers["X-Cache"] = answer.headers.get("X-Cache", "")
+        return result
+
+    handler.__annotations__["body"] = body_model
+    handler.__name__ = f"plot_{spec.name.replace('-', '_')}"
+    handler.__doc__ = f"{spec.description}, rendered as a plot (or shap.Explanation arguments)."
+    return handler
+
+
+def install(app: FastAPI) -> None:
+    """The page, its static files and the plot routes."""
+    app.include_router(router)
+    for spec in EXPLAINERS:
+        app.add_api_route(
+            f"/v2/models/{{model}}/explain/{spec.name}/plot",
+            plot_route(spec),
+            methods=["POST"],
+            tags=["plots"],
+            response_class=Response,
+            responses=PLOT_RESPONSES,
+        )
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -1,0 +1,240 @@
+"""Plot routes: PNG and SVG decode, Vega-Lite validates against the official schema, the data in
+each plot is the explanation's own (heatmap patches, waterfall ends at the output), and a
+format=shap answer rebuilds a shap.Explanation that shap's plots accept."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import xml.etree.ElementTree as ET
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+matplotlib.use("Agg")
+
+ROW = [50, 1, 25.0, 90.0, 200, 100, 50, 4, 5.0, 90]
+DIGIT = [
+    [0, 0, 5, 13, 9, 1, 0, 0],
+    [0, 0, 13, 15, 10, 15, 5, 0],
+    [0, 3, 15, 2, 0, 11, 8, 0],
+    [0, 4, 12, 0, 0, 8, 8, 0],
+    [0, 5, 8, 0, 0, 9, 8, 0],
+    [0, 4, 11, 0, 1, 12, 7, 0],
+    [0, 2, 14, 5, 10, 12, 0, 0],
+    [0, 0, 6, 13, 10, 0, 0, 0],
+]
+
+
+@cache
+def vega_lite_validator() -> Any:
+    """The Vega-Lite JSON schema that altair ships (the official one, version 6)."""
+    import altair
+    import jsonschema
+
+    path = Path(altair.__file__).parent / "vegalite" / "v6" / "schema" / "vega-lite-schema.json"
+    schema = json.loads(path.read_text())
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def explain(client: TestClient, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = client.post(f"/v2/models/{model}/explain/shapley", json=body)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+@pytest.fixture(scope="module")
+def tabular(client: TestClient) -> dict[str, Any]:
+    return explain(
+        client, "diabetes-mlp", {"inputs": [ROW, [40, 2, 30, 80, 150, 90, 40, 3, 4, 80]]}
+    )
+
+
+@pytest.fixture(scope="module")
+def digit(client: TestClient) -> dict[str, Any]:
+    return explain(client, "digits-cnn", {"inputs": [DIGIT], "parameters": {"patch_size": 2}})
+
+
+@pytest.fixture(scope="module")
+def text(client: TestClient) -> dict[str, Any]:
+    return explain(client, "sentiment-minilm", {"inputs": ["a great movie", "dull, slow plot"]})
+
+
+@pytest.mark.parametrize("kind", ["auto", "bar", "waterfall"])
+def test_png_and_svg_of_a_tabular_explanation(
+    client: TestClient, tabular: dict[str, Any], kind: str
+) -> None:
+    r = client.post(f"/v2/plots?format=png&kind={kind}", json=tabular)
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    image = Image.open(io.BytesIO(r.content))
+    image.load()
+    assert image.format == "PNG" and image.width > 200 and image.height > 100
+    r = client.post(f"/v2/plots?format=svg&kind={kind}", json=tabular)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+    root = ET.fromstring(r.content)
+    assert root.tag.endswith("svg") and len(root.attrib["viewBox"].split()) == 4
+
+
+def test_vega_lite_waterfall_runs_from_base_to_output(
+    client: TestClient, tabular: dict[str, Any]
+) -> None:
+    for index, e in enumerate(tabular["data"]["explanations"]):
+        r = client.post(f"/v2/plots?format=vega-lite&kind=waterfall&index={index}", json=tabular)
+        assert r.status_code == 200
+        spec = r.json()
+        vega_lite_validator().validate(spec)
+        rows = spec["data"]["values"]
+        assert rows[0]["start"] == pytest.approx(e["base_value"])
+        # additive (exact SV): the last bar ends at the model's output
+        assert rows[-1]["end"] == pytest.approx(e["instance_output_value"], abs=1e-6)
+        for a, b in itertools.pairwise(rows):
+            assert b["start"] == pytest.approx(a["end"])
+
+
+def test_vega_lite_bar_keeps_the_largest_and_sums_the_rest(
+    client: TestClient, tabular: dict[str, Any]
+) -> None:
+    r = client.post("/v2/plots?format=vega-lite&kind=bar&max_features=3", json=tabular)
+    spec = r.json()
+    vega_lite_validator().validate(spec)
+    values = np.array(tabular["data"]["explanations"][0]["values"])
+    names = tabular["data"]["feature_names"]
+    order = np.argsort(-np.abs(values))
+    rows = spec["data"]["values"]
+    assert [row["player"] for row in rows[:3]] == [names[i] for i in order[:3]]
+    assert rows[3]["player"] == "7 other players"
+    assert rows[3]["value"] == pytest.approx(values[order[3:]].sum())
+
+
+def test_image_heatmap_puts_each_patch_value_on_its_pixels(
+    client: TestClient, digit: dict[str, Any]
+) -> None:
+    e = digit["data"]["explanations"][0]
+    names = digit["data"]["feature_names"]
+    r = client.post("/v2/plots?format=vega-lite", json=digit)  # auto: heatmap
+    spec = r.json()
+    vega_lite_validator().validate(spec)
+    cells = {(row["row"], row["col"]): row for row in spec["data"]["values"]}
+    assert len(cells) == 64
+    for name, value in zip(names, e["values"], strict=True):
+        pr, pc = (int(x) for x in name.split("_")[1:])
+        for dr in range(2):
+            for dc in range(2):
+                cell = cells[(2 * pr + dr, 2 * pc + dc)]
+                assert cell["value"] == pytest.approx(value)
+                assert cell["pixel"] == DIGIT[2 * pr + dr][2 * pc + dc]
+    png = client.post("/v2/plots?format=png", json=digit)
+    assert png.status_code == 200 and Image.open(io.BytesIO(png.content)).format == "PNG"
+
+
+def test_text_highlight_plots(client: TestClient, text: dict[str, Any]) -> None:
+    r = client.post("/v2/plots?format=vega-lite&index=1", json=text)
+    spec = r.json()
+    vega_lite_validator().validate(spec)
+    e = text["data"]["explanations"][1]
+    assert [row["word"] for row in spec["data"]["values"]] == [p["text"] for p in e["players"]]
+    assert [row["value"] for row in spec["data"]["values"]] == pytest.approx(e["values"])
+    for fmt in ("png", "svg"):
+        assert client.post(f"/v2/plots?format={fmt}&index=1", json=text).status_code == 200
+
+
+def test_interaction_matrix(client: TestClient) -> None:
+    body = {"inputs": [ROW], "parameters": {"index": "k-SII", "max_order": 2}}
+    r = client.post(
+        "/v2/models/diabetes-mlp/explain/shapley/plot?format=vega-lite&kind=interactions",
+        json=body,
+    )
+    assert r.status_code == 200, r.text
+    spec = r.json()
+    vega_lite_validator().validate(spec)
+    answer = explain(client, "diabetes-mlp", body)  # cached: the same numbers
+    terms = answer["data"]["explanations"][0]["interactions"]["values"]
+    names = answer["data"]["feature_names"]
+    cells = {(row["row"], row["col"]): row["value"] for row in spec["data"]["values"]}
+    for key, value in terms.items():
+        idx = [int(i) for i in key.split(",")]
+        if len(idx) == 2:
+            a, b = names[idx[0]], names[idx[1]]
+            assert cells[(a, b)] == pytest.approx(value) and cells[(b, a)] == pytest.approx(value)
+        elif len(idx) == 1:
+            assert cells[(names[idx[0]], names[idx[0]])] == pytest.approx(value)
+    png = client.post(
+        "/v2/models/diabetes-mlp/explain/shapley/plot?format=png&kind=interactions", json=body
+    )
+    assert png.status_code == 200 and png.headers["x-cache"] == "HIT"
+
+
+def test_explain_and_plot_in_one_call(client: TestClient) -> None:
+    r = client.post(
+        "/v2/models/digits-cnn/explain/shapley/plot?format=svg",
+        json={"inputs": [DIGIT], "parameters": {"patch_size": 4}},
+    )
+    assert r.status_code == 200 and ET.fromstring(r.content).tag.endswith("svg")
+
+
+def test_shap_format_rebuilds_a_shap_explanation(
+    client: TestClient, tabular: dict[str, Any], text: dict[str, Any]
+) -> None:
+    import matplotlib.pyplot as plt
+    import shap
+
+    from xai.client import shap_explanation
+
+    r = client.post("/v2/plots?format=shap", json=tabular)
+    assert r.status_code == 200
+    ex = shap_explanation(r.json())
+    assert isinstance(ex, shap.Explanation)
+    want = np.array([e["values"] for e in tabular["data"]["explanations"]])
+    np.testing.assert_allclose(ex.values, want)
+    np.testing.assert_allclose(ex.data, [e["data"] for e in tabular["data"]["explanations"]])
+    assert list(ex.feature_names) == tabular["data"]["feature_names"]
+    shap.plots.waterfall(ex[0], show=False)
+    # shap's waterfall checks additivity itself: base + sum(values) must reach the output
+    assert ex[0].base_values + ex[0].values.sum() == pytest.approx(
+        tabular["data"]["explanations"][0]["instance_output_value"], abs=1e-6
+    )
+    plt.close("all")
+    shap.plots.bar(ex, show=False)
+    plt.close("all")
+
+    r = client.post(
+        "/v2/models/sentiment-minilm/explain/shapley/plot?format=shap",
+        json={"inputs": ["a great movie", "dull, slow plot"]},
+    )
+    words = shap_explanation(r.json())
+    second = text["data"]["explanations"][1]
+    assert list(words[1].data) == [p["text"] for p in second["players"]]
+    np.testing.assert_allclose(words[1].values, second["values"])
+    html = shap.plots.text(words[1], display=False)
+    assert all(p["text"] in html for p in second["players"])
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "code"),
+    [
+        ("format=png&kind=heatmap", 400, "invalid_input"),  # a table row is no image
+        ("format=png&kind=interactions", 400, "invalid_input"),  # no interactions asked
+        ("format=png&index=5", 400, "invalid_input"),
+        ("format=gif", 422, None),
+        ("format=png&kind=pie", 422, None),
+    ],
+)
+def test_bad_plot_requests_are_4xx(
+    client: TestClient, tabular: dict[str, Any], query: str, status: int, code: str | None
+) -> None:
+    r = client.post(f"/v2/plots?{query}", json=tabular)
+    assert r.status_code == status, r.text
+    if code:
+        assert r.json()["code"] == code
+
+
+def test_malformed_response_body_is_422(client: TestClient) -> None:
+    r = client.post("/v2/plots?format=png", json={"data": {"explanations": []}})
+    assert r.status_code == 422 and "error" in r.json()
