@@ -1,0 +1,444 @@
+"""COCOA: contrastive corpus attribution for explaining representations.
+
+Lin, Chen, Kim & Lee, "Contrastive Corpus Attribution for Explaining Representations" (ICLR 2023).
+The explained scalar of an explicand x is its contrastive corpus similarity
+s(x) = mean_c sim(f(x), f(c)) - mean_o sim(f(x), f(o)) over a corpus C and a foil F, computed as
+f(x) . (mu_C - mu_F) with mu the mean (unit-normalised for cosine) corpus and foil embeddings.
+Any attribution method applies to s: Shapley values of patches or words through our estimators,
+or integrated gradients (Sundararajan et al. 2017, with captum) for differentiable encoders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from explainers.budget import default_budget
+from explainers.explanation import ExplainResult, Explanation, OptionError, Span
+from explainers.maskers import MaskedModelGame, patch_groups
+from explainers.shapley import choose_estimator, shapley_values
+from explainers.text import TextGame, token_spans, word_spans
+from models.base import Model, TextModel
+
+VERSION = "1"
+MAX_SET = 5000  # rows in a corpus or foil
+log = logging.getLogger(__name__)
+
+
+class KeyValueStore(Protocol):
+    """Where mean embeddings are cached (the service injects its Redis or in-process cache)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def set(self, key: str, value: str) -> None: ...
+
+
+_store: KeyValueStore | None = None
+
+
+def use_store(store: KeyValueStore | None) -> None:
+    """Cache corpus and foil mean embeddings in `store` (None: no cache)."""
+    global _store
+    _store = store
+
+
+class CocoaFields(BaseModel):
+    """COCOA's own request fields: the corpus and the foil (the explicands are `inputs`)."""
+
+    corpus: list[Any] = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_SET,
+        description="inputs of the model (rows, images or texts) that define the concept",
+    )
+    foil: list[Any] | Literal["auto"] = Field(
+        "auto",
+        description="inputs to contrast with, or 'auto': a seeded sample of the model's "
+        "reference pool that excludes the corpus",
+    )
+
+
+class CocoaOptions(BaseModel):
+    """Options of the `cocoa` explainer."""
+
+    model_config = ConfigDict(extra="forbid")
+    objective: Literal["contrastive", "corpus", "explicand"] = Field(
+        "contrastive",
+        description="contrastive: corpus minus foil similarity (COCOA); corpus: corpus "
+        "similarity only; explicand: similarity to the explicand's own embedding (label-free, "
+        "for comparison)",
+    )
+    similarity: Literal["cosine", "dot"] = Field("cosine", description="similarity of embeddings")
+    method: Literal["shapley", "integrated_gradients"] = Field(
+        "shapley",
+        description="shapley: patches or words through our estimators; integrated_gradients: "
+        "per input feature, differentiable (non-text) encoders only",
+    )
+    foil_size: int = Field(
+        1500, ge=1, le=MAX_SET, description="foil='auto': rows sampled (paper: 1500)"
+    )
+    estimator: Literal["auto", "exact", "kernel", "permutation"] = Field(
+        "auto", description="shapley: exact when 2^n coalitions fit the budget, else KernelSHAP"
+    )
+    sampler: Literal["kernel", "leverage"] = Field("kernel", description="kernel sampler")
+    patch_size: int = Field(2, ge=1, le=64, description="images, shapley: side of a patch")
+    baseline: Literal["zero", "blur", "mean"] = Field(
+        "zero",
+        description="arrays: value of an absent patch (shapley) or the path start "
+        "(integrated_gradients): zeros, a Gaussian blur of the input, or the mean of the "
+        "model's background [ours: zero; the paper blurs large images]",
+    )
+    blur_sigma: float = Field(1.0, gt=0, le=16, description="baseline='blur': sigma in pixels")
+    steps: int = Field(50, ge=2, le=1000, description="integrated_gradients: path steps (captum)")
+    players: Literal["words", "tokens"] = Field("words", description="texts: the players")
+    absence: Literal["delete", "mask"] = Field(
+        "delete", description="texts: an absent word is deleted or replaced by the mask token"
+    )
+
+
+def _digest(model: Model, rows: np.ndarray) -> str:
+    h = hashlib.sha256(f"{model.name}\0{model.version}\0".encode())
+    if rows.dtype.kind == "U":
+        h.update(json.dumps(rows.tolist()).encode())
+    else:
+        h.update(str(rows.shape).encode() + np.ascontiguousarray(rows).tobytes())
+    return h.hexdigest()
+
+
+def rows_of(model: Model, items: Sequence[Any], where: str) -> np.ndarray:
+    """JSON rows -> the model's native rows (str [m] for text, float32 [m, *shape])."""
+    if isinstance(model, TextModel):
+        for i, t in enumerate(items):
+            if not isinstance(t, str) or not t.strip() or len(t) > model.max_chars or "\x00" in t:
+                raise OptionError(
+                    f"{where}[{i}]: expected a non-empty string of at most {model.max_chars} "
+                    "characters"
+                )
+        return np.array(list(items), dtype=str)
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or (isinstance(item, list) and _has_bool(item)):
+            raise OptionError(f"{where}[{i}]: expected numbers")
+        try:
+            arr = np.asarray(item, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise OptionError(f"{where}[{i}]: expected numbers in a regular nested list") from None
+        if arr.size != model.n_features or not np.all(np.isfinite(arr)):
+            raise OptionError(
+                f"{where}[{i}]: expected {model.n_features} finite numbers (shape "
+                f"{list(model.input_shape)}), got {arr.size}"
+            )
+        out.append(arr.astype(np.float32).reshape(model.input_shape))
+    return np.stack(out)
+
+
+def _has_bool(item: Any) -> bool:
+    return isinstance(item, bool) or (isinstance(item, list) and any(_has_bool(v) for v in item))
+
+
+def _embed(model: Model, rows: np.ndarray) -> np.ndarray:
+    """Embeddings, batched. float64 [m, d]"""
+    step = max(1, model.batch_size)
+    parts = [model.predict(rows[s : s + step]) for s in range(0, len(rows), step)]
+    return np.concatenate(parts).astype(np.float64)
+
+
+def _unit(e: np.ndarray) -> np.ndarray:
+    return e / np.maximum(np.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+
+
+def mean_embedding(
+    model: Model, rows: np.ndarray, normalize: bool, store: KeyValueStore | None = None
+) -> tuple[np.ndarray, str]:
+    """Mean (unit-normalised first when `normalize`) embedding of rows, and the cache status."""
+    key = f"cocoa:mean:v1:{int(normalize)}:{_digest(model, rows)}"
+    store = store if store is not None else _store
+    if store is not None:
+        try:
+            hit = store.get(key)
+        except Exception as exc:  # a cache outage only costs time: compute it instead
+            log.warning("embedding cache unavailable: %s", exc)
+            hit, store = None, None
+        if hit is not None:
+            return np.array(json.loads(hit), dtype=np.float64), "hit"
+    e = _embed(model, rows)
+    mean = (_unit(e) if normalize else e).mean(axis=0)
+    if store is None:
+        return mean, "none"
+    try:
+        store.set(key, json.dumps(mean.tolist()))
+    except Exception as exc:  # best effort, as above
+        log.warning("embedding cache unavailable: %s", exc)
+        return mean, "none"
+    return mean, "miss"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The explained scalar as a function of embeddings: e [m, d] -> [m]."""
+
+    direction: np.ndarray  # [d]: mu_C - mu_F, mu_C, or the explicand's own (unit) embedding
+    normalize: bool
+
+    def __call__(self, e: np.ndarray) -> np.ndarray:
+        e = np.asarray(e, dtype=np.float64)
+        return (_unit(e) if self.normalize else e) @ self.direction
+
+    def torch(self, e: Any) -> Any:
+        import torch
+
+        d = torch.as_tensor(self.direction, dtype=e.dtype)
+        if self.normalize:
+            e = torch.nn.functional.normalize(e, dim=1, eps=1e-12)
+        return e @ d
+
+
+def pairwise_score(
+    model: Model, x: np.ndarray, corpus: np.ndarray, foil: np.ndarray, similarity: str
+) -> np.ndarray:
+    """s(x) from every explicand-corpus and explicand-foil pair (the definition; slow). [m]"""
+    ex, ec, ef = _embed(model, x), _embed(model, corpus), _embed(model, foil)
+    if similarity == "cosine":
+        ex, ec, ef = _unit(ex), _unit(ec), _unit(ef)
+    return (ex @ ec.T).mean(axis=1) - (ex @ ef.T).mean(axis=1)
+
+
+def _auto_foil(model: Model, corpus: np.ndarray, size: int, seed: int) -> np.ndarray:
+    pool = model.reference
+    if pool is None:
+        raise OptionError(f"{model.name} has no reference pool for foil='auto'; send a foil")
+    taken = {_digest(model, corpus[i : i + 1]) for i in range(len(corpus))}
+    keep = [i for i in range(len(pool)) if _digest(model, pool[i : i + 1]) not in taken]
+    if not keep:
+        raise OptionError("the corpus holds the whole reference pool; send a foil")
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(np.array(keep), size=min(size, len(keep)), replace=False)
+    return pool[np.sort(pick)]
+
+
+def _baseline(model: Model, x: np.ndarray, options: CocoaOptions) -> np.ndarray:
+    """The reference input for absent features. float32 [*shape]"""
+    if options.baseline == "zero":
+        return np.zeros(model.input_shape, dtype=np.float32)
+    if options.baseline == "mean":
+        if model.background is None:
+            raise OptionError(f"{model.name} has no background for baseline='mean'")
+        return model.background.mean(axis=0).astype(np.float32)
+    from scipy.ndimage import gaussian_filter
+
+    sigma = [0.0] * (x.ndim - 2) + [options.blur_sigma] * min(2, x.ndim)
+    return gaussian_filter(x.astype(np.float64), sigma=sigma).astype(np.float32)
+
+
+def _integrated_gradients(
+    model: Model, x: np.ndarray, baseline: np.ndarray, target: Target, steps: int
+) -> np.ndarray:
+    """IG of target(f(.)) from baseline to x per input feature (captum). float64 [n_features]"""
+    import torch
+    from captum.attr import IntegratedGradients
+
+    def forward(inp: torch.Tensor) -> torch.Tensor:
+        return target.torch(model.module(inp).reshape(inp.shape[0], -1))
+
+    xt = torch.as_tensor(x[None], dtype=torch.float32)
+    bt = torch.as_tensor(baseline[None], dtype=torch.float32)
+    with torch.enable_grad():
+        attr = IntegratedGradients(forward).attribute(xt, baselines=bt, n_steps=steps)
+    return attr.detach().double().numpy().reshape(-1)
+
+
+def _check(model: Model, options: CocoaOptions, target: int | None, background: Any) -> None:
+    if model.modality != "encoder":
+        raise OptionError(f"cocoa explains encoders; {model.name!r} is a {model.modality} model")
+    if target is not None:
+        raise OptionError("cocoa explains a similarity of embeddings; target does not apply")
+    if background is not None:
+        raise OptionError("cocoa takes no background; use parameters.baseline")
+    is_text = isinstance(model, TextModel)
+    if is_text and options.method == "integrated_gradients":
+        raise OptionError("integrated_gradients needs an encoder of arrays; use method='shapley'")
+    text_only = options.model_fields_set & {"players", "absence"}
+    array_only = options.model_fields_set & {"patch_size", "baseline", "blur_sigma"}
+    if is_text and array_only:
+        raise OptionError(f"{sorted(array_only)} do not apply to text encoders")
+    if not is_text and text_only:
+        raise OptionError(f"{sorted(text_only)} apply to text encoders only")
+
+
+def explain(
+    model: Model,
+    inputs: np.ndarray,
+    *,
+    options: CocoaOptions,
+    corpus: list[Any],
+    foil: list[Any] | str = "auto",
+    target: int | None = None,
+    seed: int = 0,
+    budget: int | None = None,
+    background: np.ndarray | None = None,
+    store: KeyValueStore | None = None,
+) -> ExplainResult:
+    """COCOA attributions of explicands `inputs` (the model's native rows)."""
+    _check(model, options, target, background)
+    normalize = options.similarity == "cosine"
+    corpus_rows = rows_of(model, corpus, "corpus")
+    if foil == "auto":
+        foil_rows = _auto_foil(model, corpus_rows, options.foil_size, seed)
+        foil_echo = {"source": "auto", "rows": len(foil_rows), "seed": seed}
+    elif isinstance(foil, list) and foil:
+        foil_rows = rows_of(model, foil, "foil")
+        foil_echo = {"source": "request", "rows": len(foil_rows)}
+    else:
+        raise OptionError("foil must be a non-empty list of inputs or 'auto'")
+    mu_c, c_status = mean_embedding(model, corpus_rows, normalize, store)
+    mu_f, f_status = mean_embedding(model, foil_rows, normalize, store)
+    contrast = Target(mu_c - mu_f, normalize)
+    is_text = isinstance(model, TextModel)
+    explanations = []
+    names: tuple[str, ...] = ()
+    for x in inputs:
+        e_x = _embed(model, np.asarray(x)[None])  # [1, d]
+        if options.objective == "contrastive":
+            tgt = contrast
+        elif options.objective == "corpus":
+            tgt = Target(mu_c, normalize)
+        else:
+            tgt = Target((_unit(e_x) if normalize else e_x)[0], normalize)
+        details = {
+            "objective": options.objective,
+            "contrastive_similarity": float(contrast(e_x)[0]),
+            "corpus_similarity": float(Target(mu_c, normalize)(e_x)[0]),
+            "foil_similarity": float(Target(mu_f, normalize)(e_x)[0]),
+        }
+        if options.method == "integrated_gradients":
+            base = _baseline(model, x, options)
+            values = _integrated_gradients(model, x, base, tgt, options.steps)
+            f_base, f_x = tgt(_embed(model, base[None]))[0], tgt(e_x)[0]
+            explanations.append(
+                Explanation(
+                    0,
+                    values,
+                    float(f_base),
+                    float(f_x),
+                    False,
+                    options.steps + 2,
+                    "integrated_gradients",
+                    details=details,
+                )
+            )
+            names = tuple(model.feature_names)
+            continue
+        explanation, names = _shapley_one(model, x, tgt, options, budget, seed, details)
+        explanations.append(explanation)
+    n_max = max(len(e.values) for e in explanations)
+    if budget is None:
+        budget = (
+            options.steps + 2
+            if options.method == "integrated_gradients"
+            else default_budget(n_max, 1, options.estimator)
+        )
+    echo = options.model_dump()
+    if is_text:
+        for key in ("patch_size", "baseline", "blur_sigma"):
+            echo.pop(key)
+    else:
+        echo.pop("players")
+        echo.pop("absence")
+    if options.method == "integrated_gradients":
+        for key in ("estimator", "sampler", "patch_size"):
+            echo.pop(key, None)
+    else:
+        echo.pop("steps")
+    if foil != "auto":
+        echo.pop("foil_size")
+    meta = {
+        "corpus": {"rows": len(corpus_rows), "embedding_cache": c_status},
+        "foil": {**foil_echo, "embedding_cache": f_status},
+    }
+    additive = options.method == "shapley"
+    return ExplainResult(tuple(explanations), names, echo, budget, additive, meta)
+
+
+def _shapley_one(
+    model: Model,
+    x: np.ndarray,
+    tgt: Target,
+    options: CocoaOptions,
+    budget: int | None,
+    seed: int,
+    details: dict[str, Any],
+) -> tuple[Explanation, tuple[str, ...]]:
+    """Shapley values of the explicand's patches (arrays) or words/tokens (texts) for tgt."""
+    scored: Callable[[Any], np.ndarray]
+    names: tuple[str, ...] = ()
+    players: tuple[Span, ...] | None = None
+    if isinstance(model, TextModel):
+        text = str(x)
+        pieces = (
+            word_spans(text)
+            if options.players == "words"
+            else token_spans(text, model.token_spans(text))
+        )
+        if not pieces:
+            raise OptionError(f"an explicand has no {options.players} to explain")
+
+        def scored(texts: Any) -> np.ndarray:
+            return tgt(model.predict(list(texts)))[:, None]
+
+        game: Any = TextGame(scored, text, pieces, options.absence, model.mask_token)
+        n, players = len(pieces), tuple(pieces)
+    else:
+        groups, patch_names = (
+            patch_groups(model.input_shape, options.patch_size)
+            if len(model.input_shape) >= 2
+            else (np.arange(model.n_features), list(model.feature_names))
+        )
+
+        def scored(rows: Any) -> np.ndarray:
+            return tgt(model.predict(rows))[:, None]
+
+        ref = _baseline(model, x, options)[None]
+        game = MaskedModelGame(scored, x, ref, groups, model.batch_size)
+        n, names = len(patch_names), tuple(patch_names)
+    b = default_budget(n, 1, options.estimator) if budget is None else budget
+    choose_estimator(options.estimator, n, b, 1)
+    est = shapley_values(
+        game, n, estimator=options.estimator, budget=b, seed=seed, sampler=options.sampler
+    )
+    values = np.asarray(est.values, dtype=np.float64).reshape(n, -1)[:, 0]
+    base = float(np.asarray(est.base_value).reshape(-1)[0])
+    full = float(np.asarray(est.full_value).reshape(-1)[0])
+    err = None if est.error_std is None else np.asarray(est.error_std).reshape(n, -1)[:, 0]
+    return (
+        Explanation(
+            0,
+            values,
+            base,
+            full,
+            est.exact,
+            est.n_evaluations,
+            est.estimator,
+            err,
+            players=players,
+            details=details,
+        ),
+        names,
+    )
+
+
+__all__ = [
+    "CocoaFields",
+    "CocoaOptions",
+    "KeyValueStore",
+    "explain",
+    "mean_embedding",
+    "pairwise_score",
+    "use_store",
+]
