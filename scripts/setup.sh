@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: .venv with the pinned packages (torch==2.13.0 pinned in the same pip
-# command) and a redis-server binary for the tests. Skips work already done.
+# command), a redis-server binary and Debian's chromium for the tests. Skips work already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +8,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "setup: installing redis-server from Debian packages"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
+# Debian's Chromium for the browser tests (tests/ui): Playwright drives it; it never downloads one.
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "setup: installing chromium from Debian packages"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
 PY=${PYTHON:-python3}
