@@ -1,0 +1,44 @@
+# CPU image of the attribution service (API and worker share it).
+#   docker build -t attribution-service .
+#   docker compose -f docker/compose.yaml up
+# Stage 1 builds a virtual environment from requirements.lock, exactly as scripts/setup.sh
+# does (torch==2.13.0 pinned in the same pip command). For the CPU-only torch wheel, pass
+# PyTorch's CPU wheel index: --build-arg PIP_EXTRA_INDEX_URL=<index>. Stage 2 copies the
+# environment and the code into a slim runtime that runs as an unprivileged user.
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+ARG PIP_EXTRA_INDEX_URL=""
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL}
+WORKDIR /build
+COPY requirements.lock ./
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir torch==2.13.0 -r requirements.lock
+
+FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
+LABEL org.opencontainers.image.title="attribution-service" \
+      org.opencontainers.image.description="Attributions for registered models behind one HTTP API"
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app app \
+    && mkdir -p /data \
+    && chown app:app /data
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /srv
+COPY app ./app
+COPY explainers ./explainers
+COPY models ./models
+COPY worker ./worker
+COPY xai ./xai
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    MODEL_DIR=/data/models \
+    USER_MODEL_DIR=/data/user-models \
+    DATABASE_URL=sqlite:////data/jobs.db
+USER 10001:10001
+VOLUME ["/data"]
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=5 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/live', timeout=4)"]
+CMD ["python", "-m", "app", "--host", "0.0.0.0", "--port", "8000"]
