@@ -124,7 +124,8 @@ async function loadModel(name) {
   ]);
   state.model = meta;
   state.examples = examples;
-  $("model-info").textContent = `${meta.task}, ${meta.modality}; outputs: ${meta.output_names.join(", ")}`;
+  const outputs = meta.output_names.length > 12 ? `${meta.output_names.slice(0, 12).join(", ")}, … (${meta.output_names.length})` : meta.output_names.join(", ");
+  $("model-info").textContent = `${meta.task}, ${meta.modality}; outputs: ${outputs}`;
   const target = $("target");
   target.replaceChildren(el("option", { value: "", text: "default" }),
     ...meta.output_names.map((n, i) => el("option", { value: String(i), text: `${i}: ${n}` })));
@@ -167,19 +168,21 @@ function renderInput(meta) {
     ? el("button", { type: "button", class: "secondary", id: "next-example",
         onclick: () => { apply(ex.instances[next % ex.instances.length]); next += 1; } }, "Load an example")
     : null;
-  if (meta.modality === "tabular") {
+  const tensor = meta.inputs[0];
+  if (tensor.datatype === "BYTES") {
+    box.append(el("textarea", { id: "text-input", rows: "4", text: ex.instances.length ? String(ex.instances[0])
+      : "A great movie with a terrible ending, but the actors are wonderful." }));
+  } else if (shape.length === 1 && meta.feature_names.length === shape[0]) {
     const inputs = meta.feature_names.map((f) => el("input", { type: "number", step: "any", "data-feature": f, value: "0" }));
     const apply = (row) => inputs.forEach((input, i) => { input.value = fmt(row[i]); });
     box.append(el("div", { class: "table-form" }, ...meta.feature_names.map((f, i) => el("label", {}, f, inputs[i]))), exampleButton(apply));
     if (ex.instances.length) { apply(ex.instances[0]); next = 1; }
-  } else if (meta.modality === "image" && shape.length >= 2) {
+  } else if (shape.length >= 2) {
     const top = Array.isArray(ex.max) ? Math.max(...ex.max.flat(3)) : 1;
     const pad = drawingPad(shape, top);
     const plane = (x) => (shape.length === 3 ? x[0] : x);
     box.append(pad, exampleButton((x) => pad.querySelector("canvas").setValue(plane(x))));
     if (ex.instances.length) { pad.querySelector("canvas").setValue(plane(ex.instances[0])); next = 1; }
-  } else if (meta.modality === "text") {
-    box.append(el("textarea", { id: "text-input", rows: "4", text: "A great movie with a terrible ending, but the actors are wonderful." }));
   } else {
     box.append(el("label", {}, "inputs (JSON list of instances)",
       el("textarea", { id: "json-input", rows: "4", text: JSON.stringify(ex.instances.slice(0, 1)) })));
@@ -252,10 +255,8 @@ function drawingPad(shape, top) {
 }
 
 function readInstance() {
-  const meta = state.model;
-  if (meta.modality === "tabular") {
-    return [...document.querySelectorAll("[data-feature]")].map((i) => Number(i.value));
-  }
+  const row = [...document.querySelectorAll("[data-feature]")];
+  if (row.length) return row.map((i) => Number(i.value));
   const pad = document.querySelector("[data-testid=pad]");
   if (pad) return pad.readValue();
   const text = $("text-input");
@@ -392,7 +393,7 @@ function renderExplanation(e, index, featureNames, meta, request) {
   if (!grid || names.length <= 64) charts.append(chart("Attributions", barChart(names, e.values, e.error_std)));
   if (meta.additive !== false && names.length > 1 && !e.players && !grid) charts.append(chart("Waterfall", waterfall(names, e)));
   if (e.interactions) charts.append(chart(`Interactions (${e.interactions.index})`, interactionMatrix(names, e.interactions)));
-  if (e.details) box.append(renderDetails(e.details, names, request));
+  if (e.details) box.append(renderDetails(e.details, names, request, image));
   return box;
 }
 
@@ -428,7 +429,7 @@ function pixelMap(e, names, image, parameters) {
   return null;
 }
 
-function heatmap(image, grid) {
+function heatmap(image, grid, legend = true) {
   const h = image.length, w = image[0].length;
   const cell = Math.max(4, Math.floor(280 / Math.max(h, w)));
   const flat = image.flat();
@@ -444,6 +445,7 @@ function heatmap(image, grid) {
       fill: colour(grid[r][c], limit, 0.75), "data-value": grid[r][c] }, title(`(${r}, ${c}) pixel ${fmt(image[r][c])}, attribution ${fmt(grid[r][c])}`)));
   }
   const x0 = w * cell + 12;
+  if (!legend) return root;
   for (let i = 0; i <= 20; i++) {
     const v = limit * (1 - i / 10);
     root.append(svg("rect", { x: x0, y: (i * h * cell) / 21, width: 12, height: (h * cell) / 21 + 1, fill: colour(v, limit) }));
@@ -463,9 +465,9 @@ function topPlayers(names, values, errors) {
 
 function barChart(names, values, errors) {
   const rows = topPlayers(names, values, errors);
-  const rowH = 18, labelW = 150, plotW = 320, width = labelW + plotW + 70;
+  const rowH = 18, labelW = 150, plotW = 320, margin = 60, width = labelW + plotW + 2 * margin;
   const limit = Math.max(...rows.map((r) => Math.abs(r.value) + (r.error || 0))) || 1;
-  const x = (v) => labelW + plotW / 2 + (v / limit) * (plotW / 2);
+  const x = (v) => labelW + margin + plotW / 2 + (v / limit) * (plotW / 2);
   const root = svg("svg", { width, height: rows.length * rowH + 10, "data-testid": "bars" });
   rows.forEach((row, i) => {
     const y = i * rowH + 4;
@@ -546,12 +548,28 @@ function interactionMatrix(names, inter) {
 }
 
 // explainer-specific outputs: matrices as images, per-player lists as bars, records as tables
-function renderDetails(details, names, request) {
+function renderDetails(details, names, request, instanceImage) {
   const box = el("div", { class: "details" }, el("h4", { text: "Details" }));
+  const documents = request && request.body && Array.isArray(request.body.documents) ? request.body.documents : null;
   for (const [key, value] of Object.entries(details)) {
-    const image = imageOf(value);
+    let image = imageOf(value);
+    if (!image && instanceImage && Array.isArray(value) && value.length && value.every((v) => typeof v === "number")) {
+      const h = instanceImage.length, w = instanceImage[0].length; // a flat image, e.g. UNI's baseline
+      if (value.length % (h * w) === 0) {
+        const planes = value.length / (h * w);
+        image = Array.from({ length: h }, (_, r) => Array.from({ length: w }, (_, c) => {
+          let sum = 0;
+          for (let k = 0; k < planes; k++) sum += value[k * h * w + r * w + c];
+          return sum / planes;
+        }));
+      }
+    }
     if (image) {
-      box.append(chart(key, heatmap(image, image.map((row) => row.map(() => 0)))));
+      box.append(chart(`${key} (image)`, heatmap(image, image.map((row) => row.map(() => 0)), false)));
+    } else if (key === "ranking" && documents && Array.isArray(value) && value.every(Number.isInteger)) {
+      box.append(chart("Ranking", rankingTable(value, documents, details.scores)));
+    } else if (Array.isArray(value) && value.length && value.every((v) => typeof v === "string")) {
+      box.append(el("div", {}, el("strong", { text: `${key}: ` }), value.join(" · ")));
     } else if (Array.isArray(value) && value.length && value.every((v) => typeof v === "number")) {
       const labels = value.length === names.length ? names : value.map((_, i) => String(i));
       box.append(chart(key, barChart(labels, value, null)));
@@ -562,6 +580,16 @@ function renderDetails(details, names, request) {
     }
   }
   return box;
+}
+
+// ranking[i]: the document at position i (0 = top); scores: one per document, in input order
+function rankingTable(ranking, documents, scores) {
+  const rows = ranking.map((doc, pos) => el("tr", {}, el("td", { text: String(pos + 1) }),
+    el("td", { text: documents[doc] ?? `document ${doc}` }),
+    el("td", { text: Array.isArray(scores) && typeof scores[doc] === "number" ? fmt(scores[doc]) : "" })));
+  return el("table", { class: "records", "data-testid": "ranking" },
+    el("thead", {}, el("tr", {}, el("th", { text: "rank" }), el("th", { text: "document" }), el("th", { text: "score" }))),
+    el("tbody", {}, ...rows));
 }
 
 function recordTable(records, request) {
