@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from explainers.games import BudgetError, ExplainerError
 from explainers.gradients import NotDifferentiableError
@@ -136,6 +137,17 @@ def _body(
     return JSONResponse(content, status_code=status, headers=headers)
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Methods of all routes whose path matches the request's (Starlette lists one route's)."""
+    scope = {**request.scope, "method": "GET"}
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers on `app`."""
 
@@ -156,10 +168,17 @@ def install(app: FastAPI) -> None:
         return _body(str(exc.errors()[0]["msg"]), "validation_error", errors, 422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         codes = {404: "not_found", 405: "method_not_allowed"}
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:  # RFC 9110: Allow lists every method of every route here
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return _body(
-            str(exc.detail), codes.get(exc.status_code, "http_error"), None, exc.status_code
+            str(exc.detail),
+            codes.get(exc.status_code, "http_error"),
+            None,
+            exc.status_code,
+            headers or None,
         )
 
     @app.exception_handler(Exception)

@@ -81,20 +81,23 @@ async def server_metadata() -> dict[str, Any]:
     return {"name": "attribution-service", "version": "0.1.0", "extensions": ["explain", "cache"]}
 
 
-def _summary(svc: ExplainService, name: str) -> ModelSummary:
-    try:
-        model = svc.registry.get(name)
-    except Exception as exc:  # a failed model is listed, not fatal for the listing
-        return ModelSummary(
-            name=name, version=None, modality="unknown", state="failed", error=str(exc)
-        )
-    return ModelSummary(name=name, version=model.version, modality=model.modality, state="ready")
+def _summary(svc: ExplainService, name: str, loading: bool) -> ModelSummary:
+    """A model's listing entry; never loads it (a listing must stay cheap)."""
+    model, modality, error = svc.registry.peek(name)
+    if model is not None:
+        return ModelSummary(name=name, version=model.version, modality=modality, state="ready")
+    if error is not None:
+        return ModelSummary(name=name, version=None, modality=modality, state="failed", error=error)
+    return ModelSummary(
+        name=name, version=None, modality=modality, state="loading" if loading else "unloaded"
+    )
 
 
 @router.get("/v2/models", tags=["models"], response_model=list[ModelSummary])
 async def list_models(request: Request) -> list[ModelSummary]:
     svc = service(request)
-    return [await off_loop(request, _summary, svc, name) for name in svc.registry.names()]
+    loading = svc.settings.load_models_on_start
+    return [_summary(svc, name, loading) for name in svc.registry.names()]
 
 
 def metadata(model: Model) -> ModelMetadata:

@@ -12,7 +12,7 @@ from explainers.registry import ExplainerSpec
 class ExplainRequestBase(BaseModel):
     """Fields every explain request shares; `parameters` is the explainer's own options."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     inputs: list[Any] = Field(
         ...,
         min_length=1,
@@ -71,6 +71,7 @@ def request_model(spec: ExplainerSpec) -> type[ExplainRequestBase]:
 
 class PlayerOut(BaseModel):
     """A piece of an input text that is one player: text == input[start:end]."""
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
 
     text: str
     start: int = Field(..., description="character offset of the first character")
@@ -78,6 +79,7 @@ class PlayerOut(BaseModel):
 
 
 class ExplanationOut(BaseModel):
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     output_index: int
     output_name: str
     data: Any = Field(
@@ -103,6 +105,7 @@ class ExplanationOut(BaseModel):
 
 
 class ExplainMeta(BaseModel):
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     explainer: str
     explainer_version: str
     seed: int
@@ -125,6 +128,7 @@ class ExplainMeta(BaseModel):
 
 
 class ExplainData(BaseModel):
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     feature_names: list[str] = Field(
         ...,
         description="player names (features or patches); empty for text models, whose players "
@@ -135,6 +139,7 @@ class ExplainData(BaseModel):
 
 
 class ExplainResponse(BaseModel):
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     model_name: str
     model_version: str
     id: str
@@ -167,11 +172,14 @@ class ModelSummary(BaseModel):
     name: str
     version: str | None
     modality: str
-    state: Literal["ready", "loading", "failed"]
+    state: Literal["ready", "loading", "unloaded", "failed"] = Field(
+        ..., description="unloaded: loads on first use (LOAD_MODELS_ON_START=false)"
+    )
     error: str | None = None
 
 
 class InferInput(BaseModel):
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     name: str = "input"
     shape: list[int]
     datatype: str = "FP32"
@@ -181,6 +189,7 @@ class InferInput(BaseModel):
 
 class InferRequest(BaseModel):
     """Open Inference Protocol inference request."""
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
 
     id: str | None = None
     inputs: list[InferInput] = Field(..., min_length=1, max_length=1)

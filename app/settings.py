@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     job_queue: Literal["auto", "inprocess", "celery"] = Field(
         "auto", description="auto: Celery workers when REDIS_URL is set, else in-process"
     )
-    job_workers: int = 2  # in-process queue threads
+    job_workers: int = Field(2, ge=0, description="in-process job threads; 0: store jobs, run none")
     job_chunk_size: int = 50
     job_visibility_timeout_s: int = 300  # a killed worker's chunk is redelivered after this
     max_job_instances: int = 100_000

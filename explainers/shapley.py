@@ -93,7 +93,7 @@ def shapley_values(
 class MaskerOptions(BaseModel):
     """What "absent" means: background rows (interventional) or a fixed baseline."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["background", "baseline"]
     value: float | list[Any] | None = Field(
         None, description="baseline: a number, or one value per input feature (any nesting)"
@@ -106,7 +106,7 @@ class MaskerOptions(BaseModel):
 class ShapleyOptions(BaseModel):
     """Options of the `shapley` explainer."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     estimator: Literal["auto", "exact", "permutation", "kernel", "svarm"] = Field(
         "auto",
         description="auto: exact when 2^n coalitions fit the budget, else kernel (SV) or the "

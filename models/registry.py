@@ -91,6 +91,17 @@ class ModelRegistry:
         with self._lock:
             return name in self._models
 
+    def peek(self, name: str) -> tuple[Model | None, str, str | None]:
+        """(the model if loaded, its modality, its last load error) without loading anything."""
+        with self._lock:
+            model = self._models.get(name)
+            error = self._errors.get(name)
+        builtin = self._builtins.get(name)
+        if model is None and builtin is None:
+            raise UnknownModelError(name)
+        modality = model.modality if model is not None else builtin.modality  # type: ignore[union-attr]
+        return model, modality, error
+
     def status(self) -> dict[str, dict[str, object]]:
         """Per model: {"loaded": bool, "error": str | None} (the last load error, if any)."""
         with self._lock:

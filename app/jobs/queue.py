@@ -27,14 +27,20 @@ class InProcessQueue:
 
     def __init__(self, ctx: JobContext, workers: int) -> None:
         self.ctx = ctx
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job")
+        # workers=0: jobs are accepted and stored but run only after a restart with workers.
+        self.pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job") if workers else None
+        )
 
     def submit(self, job_id: str, chunk: int) -> None:
+        if self.pool is None:
+            return
         future = self.pool.submit(run_chunk, self.ctx, job_id, chunk)
         future.add_done_callback(_log_failure)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _log_failure(future: Any) -> None:
