@@ -20,7 +20,7 @@ from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))  # per operation
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))  # per operation; CI time bound
 CASES: list[str] = []  # one entry per generated request; reported at the end
 
 
