@@ -170,6 +170,9 @@ def figure(body: dict[str, Any], kind: str, index: int, max_features: int) -> An
                 color=[_sign(s["value"]) for s in steps],
             )
             ax.axvline(v.base, color="grey", linestyle="--", linewidth=0.8)
+            ax.axvline(v.output, color="black", linestyle=":", linewidth=0.8)
+            ax.use_sticky_edges = False  # bars start anywhere: keep a margin on both sides
+            ax.margins(x=0.05)
         ax.set_xlabel("attribution" if kind == "bar" else "output")
     elif kind == "heatmap":
         grid, image = image_map(v), _image(v)
@@ -199,8 +202,26 @@ def figure(body: dict[str, Any], kind: str, index: int, max_features: int) -> An
     else:
         raise InvalidInput(f"unknown plot kind {kind!r}")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    _margins(fig, kind, v.names)
     return fig
+
+
+def _margins(fig: Any, kind: str, names: list[str]) -> None:
+    """Fixed margins sized from the labels: tight_layout would draw the figure twice."""
+    width_in, height_in = fig.get_size_inches()
+    label_in = 0.09 * min(30, max((len(n) for n in names), default=4)) + 0.3  # ~10 pt chars
+    top = 1 - 0.45 / height_in
+    if kind in ("bar", "waterfall"):
+        fig.subplots_adjust(
+            left=min(0.6, label_in / width_in), right=0.97, top=top, bottom=0.6 / height_in
+        )
+    elif kind == "interactions":
+        side = min(0.45, label_in / min(width_in, height_in))
+        fig.subplots_adjust(left=side, right=0.95, top=top, bottom=side)
+    elif kind == "heatmap":
+        fig.subplots_adjust(left=0.04, right=0.96, top=top, bottom=0.04)
+    else:
+        fig.subplots_adjust(left=0.02, right=0.98, top=top, bottom=0.02)
 
 
 def _sign(value: float) -> str:
