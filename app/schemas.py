@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -46,6 +47,27 @@ def spec_fields(spec: ExplainerSpec) -> tuple[str, ...]:
     return tuple(spec.fields.model_fields) if spec.fields is not None else ()
 
 
+@functools.cache
+def parameters_model(spec: ExplainerSpec) -> type[BaseModel]:
+    """The explainer's options plus `evaluate`: faithfulness figures attached to the answer."""
+    from explainers.evaluation import EvaluateOptions, Metric
+
+    if "evaluate" in spec.options.model_fields:
+        return spec.options
+    return create_model(
+        spec.options.__name__.removesuffix("Options") + "Parameters",
+        __base__=spec.options,
+        evaluate=(
+            list[Metric] | EvaluateOptions | None,
+            Field(
+                None,
+                description="metric names, or evaluation options: each explanation gets "
+                "details.evaluation (deletion/insertion AUC, MuFidelity, sensitivity)",
+            ),
+        ),
+    )
+
+
 def request_model(spec: ExplainerSpec) -> type[ExplainRequestBase]:
     """The request body of one explainer: the shared fields, its own fields, its options."""
     name = "".join(part.capitalize() for part in spec.name.replace("-", "_").split("_"))
@@ -64,7 +86,7 @@ def request_model(spec: ExplainerSpec) -> type[ExplainRequestBase]:
     return create_model(
         f"{name}ExplainRequest",
         __base__=ExplainRequestBase,
-        parameters=(spec.options, Field(default_factory=spec.options)),
+        parameters=(parameters_model(spec), Field(default_factory=parameters_model(spec))),
         **own,
     )
 
@@ -124,6 +146,11 @@ class ExplainMeta(BaseModel):
         None,
         description="when the request sends its own background: KS and Wald tests of model "
         "outputs on it against the model's reference data (Fool SHAP, ICLR 2023)",
+    )
+    evaluation: dict[str, Any] | None = Field(
+        None,
+        description="with parameters.evaluate: its parameters after defaults, n_model_evals and "
+        "compute_ms; the figures are in each explanation's details.evaluation",
     )
 
 

@@ -20,11 +20,13 @@ from app.errors import (
     PayloadTooLarge,
     from_library,
 )
+from app.evaluate import attach_evaluation, split_evaluate
 from app.inputs import resolve_target, to_array
 from app.jobs.store import JobStore
 from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
+from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
 from explainers.registry import ExplainerSpec, get_explainer
@@ -64,6 +66,7 @@ class Prepared:
     request_id: str
     fields: dict[str, Any]  # the explainer's own top-level request fields
     deadline: float | None  # time.monotonic() by which to answer (timeout_ms from arrival)
+    evaluate: EvaluateOptions | None = None  # parameters.evaluate: figures for each explanation
 
 
 class ExplainService:
@@ -142,7 +145,8 @@ class ExplainService:
                 raise PayloadTooLarge(f"background needs 1 to {s.max_background_rows} rows")
             background = to_array(model, req.background, "background")
         target = resolve_target(model, req.target)
-        options = self._resolve_refs(model, getattr(req, "parameters"))  # noqa: B009
+        params, evaluate = split_evaluate(spec, getattr(req, "parameters"))  # noqa: B009
+        options = self._resolve_refs(model, params)
         key = cache_key(
             {
                 "model": model.name,
@@ -156,6 +160,7 @@ class ExplainService:
                 "background": array_digest(background),
                 "inputs": array_digest(inputs),
                 "fields": req.model_dump(mode="json", include=set(fields)),
+                **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
             }
         )
         request_id = req.id or uuid.uuid4().hex
@@ -186,6 +191,7 @@ class ExplainService:
             request_id,
             fields,
             limit,
+            evaluate,
         )
 
     def compute(self, p: Prepared) -> Outcome:
@@ -204,6 +210,7 @@ class ExplainService:
                     background=p.background,
                     **p.fields,
                 )
+                result = attach_evaluation(p, result)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
                 f"timeout_ms={req.timeout_ms} passed before an answer; raise it, lower the "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from explainers import gradients, shapley
+from explainers import gradients, shapley, uni
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 
@@ -53,6 +53,16 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "Integrated gradients from zero, constant, mean, blur, noise, supplied or background "
         "(expected gradients) baselines; re-calibrated estimators valid_ip and valid_ref",
         "Sundararajan et al. 2017; Erion et al. 2021; Sturmfels et al. 2020; Yang et al. 2023",
+    ),
+    ExplainerSpec(
+        "uni",
+        uni.VERSION,
+        ("tabular", "image"),
+        uni.UniOptions,
+        uni.explain,
+        "UNI: integrated gradients from an unlearning-matched baseline (one ascent step on a "
+        "copy of the weights, PGD in an epsilon ball); returns the baseline",
+        "Choi, Duplessis & Belongie, ICLR 2025",
     ),
 )
 
