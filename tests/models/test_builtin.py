@@ -21,8 +21,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def trained(cache_dir: Path) -> dict[str, Model]:
-    """The models trained here (the text model is pretrained: tests/models/test_text.py)."""
-    return {b.name: b.load(cache_dir) for b in BUILTINS if b.modality != "text"}
+    """The models trained here (pretrained, weightless and derived models are tested beside
+    their code: tests/models/test_text.py, tests/explainers/test_rankshap.py, test_cocoa.py)."""
+    return {b.name: b.load(cache_dir) for b in BUILTINS if b.name in builtin._SPECS}
 
 
 def _accuracy(model: Model) -> float:
