@@ -160,6 +160,7 @@ def test_json_logs_of_a_real_server(model_dir: Path, tmp_path: Path) -> None:
         "MODEL_DIR": str(model_dir),
         "JOB_QUEUE": "inprocess",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'jobs.db'}",
+        "LOAD_MODELS_ON_START": "false",  # the explain request loads the one model it needs
     }
     env.pop("REDIS_URL", None)
     with log_path.open("wb") as log:
@@ -175,7 +176,7 @@ def test_json_logs_of_a_real_server(model_dir: Path, tmp_path: Path) -> None:
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    if httpx.get(f"{url}/v2/health/live", timeout=2).status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
