@@ -1,0 +1,258 @@
+"""Salvage artifacts on disk, and the `salvage` explainer that answers from them.
+
+An artifact is a trained surrogate and explainer (explainers/salvage.py), stored under
+`root/<model>/<model version>/<config hash>/` as `weights.pt` (state dicts, loaded with
+`weights_only=True`) and `meta.json`. Artifacts of other model versions are never used, so
+re-registering a model invalidates them; they survive restarts. Naouar et al. (ICLR 2025).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from explainers import salvage
+from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.games import ExplainerError
+from explainers.maskers import patch_groups
+from models.base import Model
+
+VERSION = "1"
+
+
+class NotTrainedError(ExplainerError):
+    """No trained artifact fits the model version and the requested configuration."""
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    """What `meta.json` records about an artifact."""
+
+    id: str  # the training configuration's hash
+    model_name: str
+    model_version: str
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    history: tuple[dict[str, Any], ...]
+    created_at: float
+    data_id: str = "reference"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+class SalvageStore:
+    """Artifacts under one root folder; writes are atomic (a folder rename)."""
+
+    # Loaded networks, shared by every store in the process (artifacts never change in place).
+    _loaded: ClassVar[OrderedDict[tuple[str, float], salvage.Trained]] = OrderedDict()
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    max_loaded = 8
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, model: str, version: str, artifact: str = "") -> Path:
+        path = self.root / _safe(model) / _safe(version)
+        return path / _safe(artifact) if artifact else path
+
+    def save(self, model: Model, trained: salvage.Trained) -> ArtifactInfo:
+        """Store a trained artifact for `model`'s current version; returns its record."""
+        info = ArtifactInfo(
+            trained.id,
+            model.name,
+            model.version,
+            trained.options.model_dump(mode="json"),
+            trained.metrics,
+            trained.history,
+            time.time(),
+            trained.data_id,
+        )
+        final = self._dir(model.name, model.version, info.id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".tmp-{info.id}-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            state = {
+                "surrogate": trained.surrogate.state_dict(),
+                "explainer": trained.explainer.state_dict(),
+                "empty_logp": torch.from_numpy(trained.empty_logp),
+            }
+            torch.save(state, tmp / "weights.pt")
+            meta = dict(info.__dict__)
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+            if final.exists():  # the same configuration again: keep the newer one
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return info
+
+    def info(self, model: str, version: str, artifact: str) -> ArtifactInfo | None:
+        meta = self._dir(model, version, artifact) / "meta.json"
+        try:
+            raw = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return None
+        return ArtifactInfo(**{**raw, "history": tuple(raw["history"])})
+
+    def list(self, model: str, version: str) -> list[ArtifactInfo]:
+        """Artifacts of one model version, newest first."""
+        folder = self._dir(model, version)
+        found = [
+            self.info(model, version, p.name)
+            for p in (sorted(folder.iterdir()) if folder.is_dir() else [])
+            if not p.name.startswith(".")
+        ]
+        return sorted((i for i in found if i is not None), key=lambda i: -i.created_at)
+
+    def load(self, model: Model, artifact: str) -> salvage.Trained:
+        """The trained networks of an artifact (kept in a small in-process LRU)."""
+        info = self.info(model.name, model.version, artifact)
+        if info is None:
+            raise NotTrainedError(f"no Salvage artifact {artifact!r} for {model.name}")
+        key = (str(self._dir(model.name, model.version, artifact)), info.created_at)
+        with self._lock:
+            if key in self._loaded:
+                self._loaded.move_to_end(key)
+                return self._loaded[key]
+        opts = salvage.SalvageTrainOptions(**info.config)
+        path = self._dir(model.name, model.version, artifact) / "weights.pt"
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        surrogate = copy.deepcopy(model.module)
+        surrogate.load_state_dict(state["surrogate"])
+        surrogate.eval()
+        explainer = salvage.ExplainerNet(
+            model.input_shape, opts.patch_size, model.n_outputs, opts.hidden
+        )
+        explainer.load_state_dict(state["explainer"])
+        explainer.eval()
+        groups, _ = patch_groups(model.input_shape, opts.patch_size)
+        trained = salvage.Trained(
+            surrogate,
+            explainer,
+            groups,
+            state["empty_logp"].numpy(),
+            opts,
+            info.metrics,
+            info.history,
+            info.data_id,
+        )
+        with self._lock:
+            self._loaded[key] = trained
+            while len(self._loaded) > self.max_loaded:
+                self._loaded.popitem(last=False)
+        return trained
+
+
+class SalvageOptions(BaseModel):
+    """Options of the `salvage` explainer: which trained artifact answers."""
+
+    model_config = ConfigDict(extra="forbid")
+    artifact: str | None = Field(
+        None,
+        max_length=64,
+        description="id of a trained artifact (a train-salvage job's summary.artifact); "
+        "default: the newest one for this model version that matches objective and sampler",
+    )
+    objective: Literal["distribution", "squared"] | None = Field(
+        None, description="pick the newest artifact trained with this objective"
+    )
+    sampler: Literal["informed", "kernel", "uniform"] | None = Field(
+        None, description="pick the newest artifact trained with this sampler"
+    )
+    _root: Path | None = PrivateAttr(None)
+
+    def pinned(self, store: SalvageStore, model: Model) -> SalvageOptions:
+        """These options bound to the artifact they select (raises NotTrainedError)."""
+        candidates = [
+            info
+            for info in store.list(model.name, model.version)
+            if (self.artifact is None or info.id == self.artifact)
+            and (self.objective is None or info.config["objective"] == self.objective)
+            and (self.sampler is None or info.config["sampler"] == self.sampler)
+        ]
+        if not candidates:
+            wanted = {k: v for k, v in self.model_dump().items() if v is not None}
+            raise NotTrainedError(
+                f"no trained Salvage explainer for model {model.name!r} version "
+                f"{model.version}{f' matching {wanted}' if wanted else ''}"
+            )
+        chosen = candidates[0]
+        out = self.model_copy(
+            update={
+                "artifact": chosen.id,
+                "objective": chosen.config["objective"],
+                "sampler": chosen.config["sampler"],
+            }
+        )
+        out._root = store.root
+        return out
+
+
+def explain(
+    model: Model,
+    inputs: np.ndarray,
+    *,
+    options: SalvageOptions,
+    target: int | None = None,
+    seed: int = 0,
+    budget: int | None = None,
+    background: np.ndarray | None = None,
+) -> ExplainResult:
+    """Values from a trained explainer: one explainer pass and one surrogate row per image."""
+    del seed, budget  # deterministic, and the cost is fixed
+    if background is not None:
+        raise OptionError("salvage takes no background: absent patches are zeroed")
+    if options._root is None or options.artifact is None:
+        raise NotTrainedError("salvage options are not bound to a trained artifact")
+    store = SalvageStore(options._root)
+    trained = store.load(model, options.artifact)
+    out = salvage.amortized(trained, inputs)
+    if target is not None and not 0 <= target < model.n_outputs:
+        raise OptionError(f"target out of range for {model.n_outputs} outputs")
+    explanations = []
+    for j in range(len(inputs)):
+        c = int(np.argmax(out.surrogate_probs[j])) if target is None else target
+        details: dict[str, Any] = {
+            "surrogate_probabilities": out.surrogate_probs[j].tolist(),
+            "units": "centred log-probability"
+            if trained.options.objective == "distribution"
+            else "probability",
+        }
+        if out.explainer_probs is not None:
+            details["explainer_probabilities"] = out.explainer_probs[j].tolist()
+            details["explainer_class"] = int(np.argmax(out.explainer_probs[j]))
+        explanations.append(
+            Explanation(
+                output_index=c,
+                values=out.values[j, :, c],
+                base_value=float(out.base[c]),
+                instance_output_value=float(out.full[j, c]),
+                exact=False,
+                n_model_evals=1,
+                estimator=f"salvage-{trained.options.objective}",
+                details=details,
+            )
+        )
+    _, names = patch_groups(model.input_shape, trained.options.patch_size)
+    echo = {**options.model_dump(), "training": trained.options.model_dump(mode="json")}
+    return ExplainResult(tuple(explanations), tuple(names), echo, 1, True)
+
+
+__all__ = ["NotTrainedError", "SalvageOptions", "SalvageStore", "explain"]
