@@ -393,7 +393,7 @@ function renderExplanation(e, index, featureNames, meta, request) {
   if (!grid || names.length <= 64) charts.append(chart("Attributions", barChart(names, e.values, e.error_std)));
   if (meta.additive !== false && names.length > 1 && !e.players && !grid) charts.append(chart("Waterfall", waterfall(names, e)));
   if (e.interactions) charts.append(chart(`Interactions (${e.interactions.index})`, interactionMatrix(names, e.interactions)));
-  if (e.details) box.append(renderDetails(e.details, names, request, image));
+  if (e.details) box.append(renderDetails(e.details, names, request, image, typeof e.data === "string" ? e.data : null));
   return box;
 }
 
@@ -506,23 +506,43 @@ function waterfall(names, e) {
   return root;
 }
 
-function highlight(e, request) {
-  const limit = Math.max(...e.values.map(Math.abs)) || 1;
-  const text = typeof e.data === "string" ? e.data : null;
+// the text that spans' offsets point into: the instance itself, or one of the request's own
+// string fields (an LM's context, a query)
+function sourceText(spans, candidates) {
+  return candidates.find((t) => typeof t === "string" && spans.every((p) =>
+    typeof p.start === "number" && typeof p.end === "number" && (p.text === undefined || t.slice(p.start, p.end) === p.text))) ?? null;
+}
+
+function requestStrings(request) {
+  const body = (request && request.body) || {};
+  return Object.values(body).filter((v) => typeof v === "string");
+}
+
+function highlightSpans(text, spans, values) {
+  const limit = Math.max(...values.map(Math.abs)) || 1;
   const box = el("div", { class: "highlight", "data-testid": "highlight" });
-  const word = (p, i) => el("span", { class: "word", "data-value": e.values[i], style: `background:${colour(e.values[i], limit, 0.8)}`, title: fmt(e.values[i]), text: p.text });
+  const word = (p, i) => el("span", { class: "word", "data-value": values[i], style: `background:${colour(values[i], limit, 0.8)}`,
+    title: fmt(values[i]), text: text === null ? p.text : text.slice(p.start, p.end) });
   if (text === null) {
-    e.players.forEach((p, i) => box.append(word(p, i), " "));
-    return box;
+    spans.forEach((p, i) => box.append(word(p, i), " "));
+  } else {
+    const order = spans.map((_, i) => i).sort((a, b) => spans[a].start - spans[b].start);
+    let at = 0;
+    for (const i of order) {
+      const p = spans[i];
+      if (p.start < at) continue; // overlapping spans: the first one wins
+      if (p.start > at) box.append(text.slice(at, p.start));
+      box.append(word(p, i));
+      at = p.end;
+    }
+    if (at < text.length) box.append(text.slice(at));
   }
-  let at = 0;
-  e.players.forEach((p, i) => {
-    if (p.start > at) box.append(text.slice(at, p.start));
-    box.append(word(p, i));
-    at = p.end;
-  });
-  if (at < text.length) box.append(text.slice(at));
   return el("div", {}, box, el("p", { class: "legend" }, el("span", { class: "pos", text: "red raises" }), " the output, ", el("span", { class: "neg", text: "blue lowers" }), " it"));
+}
+
+function highlight(e, request) {
+  const text = sourceText(e.players, [e.data, ...requestStrings(request)]);
+  return highlightSpans(text, e.players, e.values);
 }
 
 function interactionMatrix(names, inter) {
@@ -548,7 +568,7 @@ function interactionMatrix(names, inter) {
 }
 
 // explainer-specific outputs: matrices as images, per-player lists as bars, records as tables
-function renderDetails(details, names, request, instanceImage) {
+function renderDetails(details, names, request, instanceImage, instanceText) {
   const box = el("div", { class: "details" }, el("h4", { text: "Details" }));
   const documents = request && request.body && Array.isArray(request.body.documents) ? request.body.documents : null;
   for (const [key, value] of Object.entries(details)) {
@@ -574,6 +594,9 @@ function renderDetails(details, names, request, instanceImage) {
       const labels = value.length === names.length ? names : value.map((_, i) => String(i));
       box.append(chart(key, barChart(labels, value, null)));
     } else if (Array.isArray(value) && value.length && value.every((v) => v && typeof v === "object" && !Array.isArray(v))) {
+      const valueKey = ["value", "attribution", "score", "importance"].find((k) => value.every((v) => typeof v[k] === "number"));
+      const text = valueKey ? sourceText(value, [instanceText, ...requestStrings(request)]) : null;
+      if (text !== null) box.append(chart(`${key} (highlighted)`, highlightSpans(text, value, value.map((v) => v[valueKey]))));
       box.append(chart(key, recordTable(value, request)));
     } else {
       box.append(el("div", {}, el("strong", { text: `${key}: ` }), typeof value === "object" ? el("pre", { text: JSON.stringify(value, null, 2) }) : String(value)));
