@@ -26,6 +26,7 @@ from app.jobs.queue import Queue
 from app.jobs.store import Job, JobStore
 from app.schemas import request_model, spec_fields
 from app.service import ExplainService
+from explainers.salvage import SalvageTrainOptions
 
 router = APIRouter(tags=["jobs"])
 
@@ -54,11 +55,14 @@ class JobRequest(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow")
-    kind: Literal["audit", "learn-baseline"] = "audit"
+    kind: Literal["audit", "learn-baseline", "train-salvage"] = "audit"
     model: str
     explainer: str = "shapley"
     inputs: list[Any] | None = Field(
-        None, min_length=1, description="audit: the instances; learn-baseline: explicands"
+        None,
+        min_length=1,
+        description="audit: the instances; learn-baseline: explicands; train-salvage: training "
+        "images (default: the model's reference data)",
     )
     target: int | str | None = None
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -117,6 +121,8 @@ def _validate(svc: ExplainService, body: JobRequest, max_instances: int) -> dict
     """Fail at submission, not in a worker: model, explainer, options and every instance."""
     if body.kind == "learn-baseline":
         return _validate_learning(svc, body)
+    if body.kind == "train-salvage":
+        return _validate_salvage(svc, body)
     if body.inputs is None:
         raise Unprocessable("an audit needs inputs")
     if len(body.inputs) > max_instances:
@@ -162,7 +168,27 @@ def _validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
     return {"parameters": options.model_dump(), "inputs": body.inputs}
 
 
+def _validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    if body.model_extra:
+        raise Unprocessable(f"unknown fields for train-salvage: {sorted(body.model_extra)}")
+    model = svc.model(body.model)
+    if model.modality != "image" or model.task != "classification":
+        raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
+    try:
+        options = SalvageTrainOptions(**body.parameters)
+    except ValidationError as exc:
+        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+    if body.inputs is not None:
+        to_array(model, body.inputs, "inputs")
+    elif model.reference is None and model.background is None:
+        raise InvalidInput(f"model {model.name!r} has no reference images; send inputs")
+    return {"parameters": options.model_dump(mode="json"), "inputs": body.inputs}
+
+
 def _total(body: JobRequest) -> int:
+    if body.kind == "train-salvage":  # one result per epoch, then the artifact
+        opts = SalvageTrainOptions(**body.parameters)
+        return opts.surrogate_epochs + opts.explainer_epochs + 1
     return 1 if body.kind == "learn-baseline" else len(body.inputs or [])
 
 
@@ -221,12 +247,15 @@ async def submit_upload(
 
 async def _submit(request: Request, body: JobRequest, idempotency_key: str | None) -> JSONResponse:
     key = getattr(request.state, "api_key", None)
-    if body.kind == "learn-baseline" and key is not None and not key.allows("admin"):
+    training = body.kind in ("learn-baseline", "train-salvage")
+    if training and key is not None and not key.allows("admin"):
         raise ApiError("training jobs need the 'admin' scope", code="forbidden").with_status(403)
     svc, store, queue = _parts(request)
     settings = request.app.state.settings
     stored = await anyio.to_thread.run_sync(_validate, svc, body, settings.max_job_instances)
     chunk = body.chunk_size or settings.job_chunk_size
+    if training:  # one task trains; its results are progress records
+        chunk = _total(body)
     job, created = await anyio.to_thread.run_sync(
         lambda: store.create(body.kind, body.model, stored, _total(body), chunk, idempotency_key)
     )

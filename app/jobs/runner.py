@@ -204,11 +204,71 @@ def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
     }
 
 
+def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Train a Salvage surrogate and explainer (Naouar et al. 2025); one result per epoch
+    (the progress), the last one names the stored artifact. A configuration already trained
+    for this model version is reused (training is seeded)."""
+    if not todo:
+        return
+    from explainers import salvage
+    from explainers.salvage_store import SalvageStore
+
+    model = ctx.service.model(job.model)
+    opts = salvage.SalvageTrainOptions(**job.request["parameters"])
+    store = SalvageStore(ctx.service.settings.model_dir / "salvage")
+    inputs = job.request.get("inputs")
+    info = None if inputs else store.info(model.name, model.version, opts.digest())
+    if info is None:
+        count = 0
+
+        def progress(record: dict[str, Any]) -> bool:
+            nonlocal count
+            ctx.store.add_results(job.id, {count: record})
+            count += 1
+            return not _cancelled(ctx, job.id)
+
+        data = None if not inputs else np.asarray(inputs, dtype=np.float32)
+        if data is not None:
+            data = data.reshape(len(data), *model.input_shape)
+        trained = salvage.train(model, opts, data, progress)
+        if trained is None:  # cancelled
+            return
+        info = store.save(model, trained)
+    else:
+        ctx.store.add_results(job.id, dict(enumerate(info.history)))
+    ctx.store.add_results(
+        job.id,
+        {
+            job.total - 1: {
+                "artifact": info.id,
+                "model_version": info.model_version,
+                "config": info.config,
+                "metrics": info.metrics,
+            }
+        },
+    )
+
+
+def summarise_salvage(store: JobStore, job: Job) -> dict[str, Any]:
+    result = store.all_results(job.id)[-1]
+    return {
+        "artifact": result["artifact"],
+        "model_version": result["model_version"],
+        "objective": result["config"]["objective"],
+        "sampler": result["config"]["sampler"],
+        "metrics": result["metrics"],
+        "explain": f"POST /v2/models/{job.model}/explain/salvage with "
+        f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
+    }
+
+
 KINDS: dict[str, Callable[[JobContext, Job, list[int]], None]] = {
     "audit": run_audit,
     "learn-baseline": run_learn_baseline,
+    "train-salvage": run_train_salvage,
 }
 SUMMARIES: dict[str, Callable[[JobStore, Job], dict[str, Any]]] = {
     "audit": summarise_audit,
     "learn-baseline": summarise_learned,
+    "train-salvage": summarise_salvage,
 }
