@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import numpy as np
@@ -107,7 +107,9 @@ class EvaluateRequest(BaseModel):
         None, description="the output the attributions explain; default: the predicted class"
     )
     patch_size: int | None = Field(None, ge=1, le=64, description="image patch attributions")
-    players: str = Field("words", description="text attributions: words or tokens")
+    players: Literal["words", "tokens"] = Field(
+        "words", description="text attributions: one value per word or per token"
+    )
     background: list[Any] | None = Field(None, description="rows for mean/background removal")
     seed: int = Field(0, ge=0, le=2**32 - 1)
     evaluation: EvaluateOptions = Field(default_factory=EvaluateOptions)

@@ -251,6 +251,10 @@ def evaluate(
         if isinstance(model, TextModel):
             if e.players is None:
                 raise OptionError("text explanations need their players (spans)")
+            if len(values) != len(e.players):
+                raise OptionError(
+                    f"{len(values)} attributions for a text of {len(e.players)} players"
+                )
             game = _text_game(model, str(x), e.players, options.removal)
             resolved = "delete" if options.removal == "auto" else options.removal
         else:

@@ -154,3 +154,19 @@ def test_refusals(client: TestClient, registry: ModelRegistry, images: list[Any]
     assert post(client, "/v2/models/diabetes-mlp/explain/uni", diabetes, 400)["code"] == (
         "invalid_option"
     )
+
+
+def test_text_attributions_follow_the_words(client: TestClient) -> None:
+    url = "/v2/models/sentiment-minilm/evaluate"
+    body = {
+        "inputs": ["a truly wonderful film"],
+        "attributions": [[0.0, 0.1, 0.8, 0.05]],
+        "target": "positive",
+        "evaluation": {"metrics": ["deletion", "insertion"], "curves": True},
+    }
+    got = post(client, url, body)
+    f = got["evaluations"][0]
+    assert got["meta"]["parameters"]["removal"] == "delete"
+    assert f["deletion_curve"]["fraction"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert f["deletion_curve"]["score"][0] == pytest.approx(f["insertion_curve"]["score"][-1])
+    post(client, url, {**body, "attributions": [[0.0, 1.0]]}, 400)  # 2 values for 4 words
