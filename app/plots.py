@@ -91,6 +91,10 @@ def image_map(v: View, strict: bool = True) -> np.ndarray | None:
         return None
     h, w = image.shape
     n = len(v.values)
+    if h * w == 0:
+        if strict:
+            raise InvalidInput("the instance is an empty image")
+        return None
     if n % (h * w) == 0 and n >= h * w:
         return np.asarray(v.values.reshape(-1, h, w).sum(axis=0))
     size = int(v.parameters.get("patch_size", 0) or 0)
@@ -109,12 +113,17 @@ def image_map(v: View, strict: bool = True) -> np.ndarray | None:
 def interaction_matrix(v: View) -> np.ndarray:
     """Order-1 and order-2 terms as a symmetric [n, n] matrix (main effects on the diagonal)."""
     inter = v.raw.get("interactions")
-    if not inter:
+    if not inter or not isinstance(inter.get("values"), dict):
         raise InvalidInput("this explanation has no interactions (ask an interaction index)")
     n = len(v.values)
     matrix = np.zeros((n, n))
     for key, value in inter["values"].items():
-        idx = [int(i) for i in str(key).split(",") if i != ""]
+        try:
+            idx = [int(i) for i in str(key).split(",") if i.strip() != ""]
+        except ValueError:
+            raise InvalidInput(f"interaction key {key!r} is not a list of player indices") from None
+        if any(not 0 <= i < n for i in idx):
+            raise InvalidInput(f"interaction key {key!r} names a player outside [0, {n})")
         if len(idx) == 1:
             matrix[idx[0], idx[0]] = value
         elif len(idx) == 2:

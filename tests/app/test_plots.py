@@ -238,3 +238,32 @@ def test_bad_plot_requests_are_4xx(
 def test_malformed_response_body_is_422(client: TestClient) -> None:
     r = client.post("/v2/plots?format=png", json={"data": {"explanations": []}})
     assert r.status_code == 422 and "error" in r.json()
+
+
+def test_inconsistent_answers_are_400_not_500(client: TestClient, tabular: dict[str, Any]) -> None:
+    """/v2/plots takes any client-made body: broken pieces are refused with a clear error."""
+    import copy
+
+    bad_keys = copy.deepcopy(tabular)
+    e = bad_keys["data"]["explanations"][0]
+    e["interactions"] = {"index": "k-SII", "values": {"a,b": 1.0}}
+    out_of_range = copy.deepcopy(bad_keys)
+    out_of_range["data"]["explanations"][0]["interactions"]["values"] = {"0,99": 1.0}
+    empty_image = copy.deepcopy(tabular)
+    empty_image["data"]["explanations"][0]["data"] = [[]]
+    ragged_image = copy.deepcopy(tabular)
+    ragged_image["data"]["explanations"][0]["data"] = [[1, 2], [3]]
+    cases = [
+        (bad_keys, "interactions"),
+        (out_of_range, "interactions"),
+        (empty_image, "heatmap"),
+        (ragged_image, "heatmap"),
+    ]
+    for body, kind in cases:
+        for fmt in ("png", "vega-lite"):
+            r = client.post(f"/v2/plots?format={fmt}&kind={kind}", json=body)
+            assert r.status_code == 400, (kind, fmt, r.text)
+            assert r.json()["code"] == "invalid_input"
+    for body, _ in cases:  # auto falls back to a chart that fits
+        assert client.post("/v2/plots?format=png", json=body).status_code == 200
+        assert client.post("/v2/plots?format=shap", json=body).status_code == 200
