@@ -8,7 +8,7 @@ Attributions for Model Interpretation" (ICLR 2023).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -122,6 +122,22 @@ def scores_at(score: Score, x: np.ndarray, batch_size: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def path_chunks(
+    x: np.ndarray, refs: np.ndarray, alphas: np.ndarray, batch_size: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Points r_b + alpha_a (x - r_b) of all paths, batch_size at a time: (b, a, points).
+
+    points is [c, *shape]; memory stays O(batch_size x features) whatever the number of steps
+    and references.
+    """
+    n, expand = len(refs) * len(alphas), (-1,) + (1,) * x.ndim
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, min(n, start + batch_size))
+        b, a = idx // len(alphas), idx % len(alphas)
+        r = refs[b]
+        yield b, a, r + alphas[a].reshape(expand) * (x[None] - r)
+
+
 def integrated_gradients(
     score: Score,
     x: np.ndarray,
@@ -133,13 +149,12 @@ def integrated_gradients(
 ) -> np.ndarray:
     """IG of one input x [*shape] averaged over baselines [b, *shape]: float64 [*shape]."""
     alphas, weights = quadrature(method, steps)
-    delta = x[None] - baselines  # [b, *shape]
-    shape = (len(alphas),) + (1,) * x.ndim
-    points = baselines[:, None] + alphas.reshape(shape) * delta[:, None]  # [b, s, *shape]
-    grads, _ = input_gradients(score, points.reshape(-1, *x.shape), target, batch_size)
-    grads = grads.reshape(points.shape)
-    path = np.tensordot(weights, grads, axes=([0], [1]))  # [b, *shape]
-    return np.asarray((delta * path).mean(axis=0))
+    expand = (-1,) + (1,) * x.ndim
+    path = np.zeros(baselines.shape)  # [b, *shape]: weighted sum of gradients along each path
+    for b, a, points in path_chunks(x, baselines, alphas, batch_size):
+        grads, _ = input_gradients(score, points, target, batch_size)
+        np.add.at(path, b, weights[a].reshape(expand) * grads)
+    return np.asarray(((x[None] - baselines) * path).mean(axis=0))
 
 
 def recalibrated(
@@ -159,16 +174,15 @@ def recalibrated(
     their count (0 when none). [*shape], non-negative by construction.
     """
     t = np.linspace(0, 1, k) if k > 1 else np.ones(1)
-    shape = (k,) + (1,) * x.ndim
-    delta_ref = x[None] - references  # [b, *shape]
-    points = references[:, None] + t.reshape(shape) * delta_ref[:, None]  # [b, k, *shape]
-    grads, _ = input_gradients(score, points.reshape(-1, *x.shape), target, batch_size)
-    grads = grads.reshape(points.shape) / k
-    delta = x[None, None] - points if variant == "valid_ip" else delta_ref[:, None]
-    terms = (grads * delta).reshape(-1, *x.shape)  # [b * k, *shape]
-    keep = terms >= 0
-    count = keep.sum(axis=0)
-    return np.asarray(np.where(keep, terms, 0.0).sum(axis=0) / np.maximum(count, 1))
+    total, count = np.zeros(x.shape), np.zeros(x.shape)
+    for b, _, points in path_chunks(x, references, t, batch_size):
+        grads, _ = input_gradients(score, points, target, batch_size)
+        delta = x[None] - (points if variant == "valid_ip" else references[b])
+        terms = grads / k * delta  # [c, *shape]
+        keep = terms >= 0
+        total += np.where(keep, terms, 0.0).sum(axis=0)
+        count += keep.sum(axis=0)
+    return np.asarray(total / np.maximum(count, 1))
 
 
 def blur(x: np.ndarray, sigma: float) -> np.ndarray:

@@ -26,6 +26,12 @@ from explainers.shapley import explain as shapley_explain
 from models.base import Model, TextModel
 from models.builtin import dataset_split, load_digits_cnn
 
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread: None) -> None:
+    """One torch thread, as the service runs (see tests/conftest.py)."""
+
+
 W = np.array([3.0, -1.0, 0.5, 2.0, -2.5])
 
 

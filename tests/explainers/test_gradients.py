@@ -23,6 +23,11 @@ from models.base import Model
 from models.builtin import dataset_split, load_digits_cnn
 
 
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread: None) -> None:
+    """One torch thread, as the service runs (see tests/conftest.py)."""
+
+
 def linear_model(w: np.ndarray, b: float = 0.5) -> Model:
     layer = nn.Linear(len(w), 1)
     with torch.no_grad():
@@ -182,3 +187,15 @@ def test_parameters_untouched(digits: Model, digit_images: np.ndarray) -> None:
     explain(digits, digit_images, options=IntegratedGradientsOptions(steps=4))
     assert all(p.grad is None for p in digits.module.parameters())
     assert score_function(digits, "logit")(torch.tensor(digit_images)).shape == (3, 10)
+
+
+@pytest.mark.parametrize("estimator", ["path", "valid_ip"])
+def test_batches_do_not_change_values(
+    digits: Model, digit_images: np.ndarray, estimator: str
+) -> None:
+    """Chunks of 7 rows cut across paths and references: same values as one batch."""
+    kw = {"baseline": "uniform", "n_baselines": 3, "steps": 6, "estimator": estimator}
+    one = explain(digits, digit_images[:1], options=IntegratedGradientsOptions(**kw), seed=2)
+    small = IntegratedGradientsOptions(**kw, batch_size=7)  # type: ignore[arg-type]
+    many = explain(digits, digit_images[:1], options=small, seed=2)
+    np.testing.assert_allclose(many.explanations[0].values, one.explanations[0].values, atol=1e-9)
