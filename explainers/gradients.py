@@ -112,6 +112,12 @@ def input_gradients(
     return grads, scores
 
 
+def check_finite(values: np.ndarray, *scores: float) -> None:
+    """Refuse NaN or infinite attributions or scores (an overflowing model or input)."""
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(scores))):
+        raise ExplainerError("the model's outputs or gradients are not finite at these inputs")
+
+
 def scores_at(score: Score, x: np.ndarray, batch_size: int) -> np.ndarray:
     """Scores [m, k] without gradients."""
     parts = []
@@ -361,6 +367,7 @@ def explain(
         else:
             attr = recalibrated(score, x, refs, out, steps, options.estimator, options.batch_size)
         base, full = float(outs[1:, out].mean()), float(outs[0, out])
+        check_finite(attr, base, full)
         details: dict[str, Any] = {"completeness_gap": float(attr.sum()) + base - full}
         if n_refs == 1:
             details["baseline"] = refs[0].reshape(-1).tolist()

@@ -22,6 +22,7 @@ from explainers.games import BudgetError
 from explainers.gradients import (
     Method,
     Output,
+    check_finite,
     integrated_gradients,
     pick_target,
     require_gradients,
@@ -210,6 +211,7 @@ def explain(
         )
         s = scores_at(score, np.stack([row.astype(np.float64), baseline]), 2)
         full, base = float(s[0, out]), float(s[1, out])
+        check_finite(attr, base, full, *kls)
         gap = float(attr.sum()) + base - full
         explanations.append(
             Explanation(

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from explainers.explanation import OptionError
-from explainers.games import BudgetError
+from explainers.games import BudgetError, ExplainerError
 from explainers.gradients import (
     IntegratedGradientsOptions,
     NotDifferentiableError,
@@ -199,3 +199,10 @@ def test_batches_do_not_change_values(
     small = IntegratedGradientsOptions(**kw, batch_size=7)  # type: ignore[arg-type]
     many = explain(digits, digit_images[:1], options=small, seed=2)
     np.testing.assert_allclose(many.explanations[0].values, one.explanations[0].values, atol=1e-9)
+
+
+def test_non_finite_gradients_are_refused() -> None:
+    model = linear_model(np.array([1e38, 1e38, 1e38]))
+    x = np.full((1, 3), 1e3, dtype=np.float32)  # w . x overflows float32
+    with pytest.raises(ExplainerError):
+        explain(model, x, options=IntegratedGradientsOptions(steps=2))
