@@ -263,10 +263,12 @@ def train(
     options: SalvageTrainOptions,
     data: np.ndarray | None = None,
     progress: Progress | None = None,
+    surrogate: nn.Module | None = None,
 ) -> Trained | None:
     """Train a surrogate and an explainer for an image classifier; None if `progress` stops it.
 
     `data` [m, *input_shape] defaults to the model's reference data (its training split).
+    `surrogate`: one already trained on this data (ablations of the explainer share it).
     """
     opts = options
     if model.modality != "image" or model.task != "classification":
@@ -301,10 +303,11 @@ def train(
         teacher = model.module
         with torch.no_grad():
             f_train, f_val = log_probs(teacher, x_train), log_probs(teacher, x_val)
-        surrogate = copy.deepcopy(teacher)
+        given = surrogate is not None
+        surrogate = copy.deepcopy(teacher if surrogate is None else surrogate)
         surrogate.train()
         opt = torch.optim.Adam(surrogate.parameters(), lr=opts.surrogate_lr)
-        for epoch in range(opts.surrogate_epochs):
+        for epoch in range(0 if given else opts.surrogate_epochs):
             losses = []
             for idx in torch.randperm(len(x_train), generator=gen).split(opts.batch_size):
                 masks = uniform_size_masks(n, len(idx) * 2, gen).reshape(len(idx), 2, n)

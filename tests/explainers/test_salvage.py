@@ -16,7 +16,7 @@ from models.base import Model
 from models.builtin import dataset_split, load_digits_cnn
 
 # Small enough for a loaded CI machine; the bench trains the full default configuration.
-SMALL = {"rows": 700, "surrogate_epochs": 2, "explainer_epochs": 25, "lr": 3e-3, "seed": 3}
+SMALL = {"rows": 500, "surrogate_epochs": 2, "explainer_epochs": 20, "lr": 3e-3, "seed": 3}
 TINY = {"rows": 48, "surrogate_epochs": 1, "explainer_epochs": 2, "batch_size": 16, "pairs": 2}
 
 
@@ -33,7 +33,12 @@ def held_out() -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def trained(digits: Model) -> salvage.Trained:
-    out = salvage.train(digits, salvage.SalvageTrainOptions(**SMALL))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the service's job workers; faster on a shared CPU
+    try:
+        out = salvage.train(digits, salvage.SalvageTrainOptions(**SMALL))
+    finally:
+        torch.set_num_threads(threads)
     assert out is not None
     return out
 
@@ -116,7 +121,7 @@ def test_explainer_classifies_like_the_classifier(
 
 def test_values_track_exact_shapley(trained: salvage.Trained, held_out: np.ndarray) -> None:
     """Against exact Shapley values of the game the explainer approximates."""
-    x = held_out[:3]
+    x = held_out[:2]
     out = salvage.amortized(trained, x)
     for j in range(len(x)):
         exact = shapley_values(salvage.surrogate_game(trained, x[j]), 16, estimator="exact")
