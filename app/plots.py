@@ -47,6 +47,9 @@ def view(body: dict[str, Any], index: int) -> View:
     if e.get("players"):
         names = [p["text"] for p in e["players"]]
     values = np.asarray(e["values"], dtype=float)
+    numbers = [*values, e["base_value"], e["instance_output_value"]]
+    if len(values) == 0 or not np.all(np.isfinite(numbers)):
+        raise InvalidInput("an explanation needs finite values, base value and output to plot")
     if len(names) != len(values):
         names = [f"player {i}" for i in range(len(values))]
     return View(
@@ -122,6 +125,8 @@ def interaction_matrix(v: View) -> np.ndarray:
             idx = [int(i) for i in str(key).split(",") if i.strip() != ""]
         except ValueError:
             raise InvalidInput(f"interaction key {key!r} is not a list of player indices") from None
+        if not isinstance(value, int | float) or not np.isfinite(value):
+            raise InvalidInput(f"interaction {key!r} is not a finite number")
         if any(not 0 <= i < n for i in idx):
             raise InvalidInput(f"interaction key {key!r} names a player outside [0, {n})")
         if len(idx) == 1:
@@ -275,9 +280,11 @@ def _text_figure(v: View) -> Any:
 
 def image_bytes(body: dict[str, Any], fmt: str, kind: str, index: int, max_features: int) -> bytes:
     buf = io.BytesIO()
-    figure(body, kind, index, max_features).savefig(
-        buf, format=fmt, dpi=100, metadata={"Date": None} if fmt == "svg" else None
-    )
+    fig = figure(body, kind, index, max_features)
+    try:
+        fig.savefig(buf, format=fmt, dpi=100, metadata={"Date": None} if fmt == "svg" else None)
+    except (ValueError, OverflowError) as exc:  # e.g. values too large to lay out
+        raise InvalidInput(f"cannot draw this explanation: {exc}") from None
     return buf.getvalue()
 
 
