@@ -63,8 +63,8 @@ def auc_curves(model: Model, x: np.ndarray, values: np.ndarray, c: int) -> tuple
 
 def accuracy(est: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
     """Relative L2 error and Pearson correlation of one explanation."""
-    err = np.linalg.norm(est - exact) / max(np.linalg.norm(exact), 1e-12)
-    return float(err), float(np.corrcoef(est, exact)[0, 1])
+    err = float(np.linalg.norm(est - exact)) / max(float(np.linalg.norm(exact)), 1e-12)
+    return err, float(np.corrcoef(est, exact)[0, 1])
 
 
 def main() -> None:
@@ -108,7 +108,9 @@ def main() -> None:
     first = trained[configs[0]]  # every config shares this surrogate, so one game
 
     # Ground truth and KernelSHAP per image, both units in one pass.
-    exact, kernel, classes = [], {b: [] for b in BUDGETS}, []
+    exact: list[np.ndarray] = []
+    kernel: dict[int, list[np.ndarray]] = {b: [] for b in BUDGETS}
+    classes: list[int] = []
     t_exact = time.perf_counter()
     for j, x in enumerate(images):
         game = both_units(first, x)
@@ -142,10 +144,9 @@ def main() -> None:
 
     table = []
     for (objective, sampler), tr in trained.items():
-        out = salvage.amortized(tr, images)
-        sl = UNITS[objective]
+        values = salvage.amortized(tr, images).values
         full = np.zeros((len(images), N, 20))
-        full[:, :, sl] = out.values
+        full[:, :, UNITS[objective]] = values
         table.append(rows_for(f"salvage {objective}/{sampler}", objective, lambda j, f=full: f[j]))
     for units in UNITS:
         for b in BUDGETS:

@@ -273,7 +273,7 @@ def train(
     opts = options
     if model.modality != "image" or model.task != "classification":
         raise OptionError("Salvage explains image classifiers")
-    if not any(p.requires_grad for p in model.module.parameters()):
+    if next(model.module.parameters(), None) is None:
         raise OptionError(f"model {model.name!r} has no trainable weights to fine-tune")
     data_id = "reference"
     if data is None:
@@ -305,7 +305,7 @@ def train(
             f_train, f_val = log_probs(teacher, x_train), log_probs(teacher, x_val)
         given = surrogate is not None
         surrogate = copy.deepcopy(teacher if surrogate is None else surrogate)
-        surrogate.train()
+        surrogate.train().requires_grad_(True)
         opt = torch.optim.Adam(surrogate.parameters(), lr=opts.surrogate_lr)
         for epoch in range(0 if given else opts.surrogate_epochs):
             losses = []

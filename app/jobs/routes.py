@@ -174,6 +174,11 @@ def _validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
     model = svc.model(body.model)
     if model.modality != "image" or model.task != "classification":
         raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
+    if next(model.module.parameters(), None) is None:
+        raise ApiError(
+            f"model {model.name!r} has no trainable torch weights to fine-tune (remote model?)",
+            code="not_differentiable",
+        )
     try:
         options = SalvageTrainOptions(**body.parameters)
     except ValidationError as exc:
