@@ -35,8 +35,9 @@ from app.schemas import (
     request_model,
 )
 from app.service import ExplainService, Outcome, Prepared
+from explainers.rankshap import MAX_DOCUMENTS
 from explainers.registry import EXPLAINERS, ExplainerSpec
-from models.base import Model, TextModel
+from models.base import Model, RankerModel, TextModel
 
 router = APIRouter()
 
@@ -101,14 +102,15 @@ async def list_models(request: Request) -> list[ModelSummary]:
 
 
 def metadata(model: Model) -> ModelMetadata:
+    ranker = isinstance(model, RankerModel)  # documents in, one score each; query a parameter
     return ModelMetadata(
         name=model.name,
         versions=[model.version],
         platform=model.platform,
         inputs=[
             TensorMeta(
-                name="input",
-                datatype="BYTES" if isinstance(model, TextModel) else "FP32",
+                name="documents" if ranker else "input",
+                datatype="BYTES" if isinstance(model, TextModel) or ranker else "FP32",
                 shape=[-1, *model.input_shape],  # text: [-1], one string per row
             )
         ],
@@ -144,9 +146,29 @@ def _texts(model: TextModel, tensor: InferInput, max_rows: int) -> np.ndarray:
     return to_array(model, tensor.data, "inputs[0].data")
 
 
+def _rank(model: RankerModel, tensor: InferInput, parameters: dict[str, Any]) -> np.ndarray:
+    """Rankers: documents as a BYTES tensor [K], the query in parameters.query -> scores [K, 1]."""
+    query = parameters.get("query")
+    if not isinstance(query, str) or not query.strip() or len(query) > model.max_chars:
+        raise InvalidInput(
+            f"{model.name} scores documents for a query: send the documents as a BYTES tensor "
+            f"and the query (1 to {model.max_chars} characters) as parameters.query"
+        )
+    if tensor.datatype.upper() != "BYTES" or tensor.shape != [len(tensor.data)]:
+        raise InvalidInput(f"send the documents as a BYTES tensor of shape [{len(tensor.data)}]")
+    if not 1 <= len(tensor.data) <= MAX_DOCUMENTS:
+        raise InvalidInput(f"send 1 to {MAX_DOCUMENTS} documents")
+    for i, doc in enumerate(tensor.data):
+        if not isinstance(doc, str) or len(doc) > model.max_chars or "\x00" in doc:
+            raise InvalidInput(f"inputs[0].data[{i}]: a string of at most {model.max_chars} chars")
+    return model.score(query, tensor.data).astype(np.float32).reshape(-1, 1)
+
+
 def _infer(svc: ExplainService, name: str, req: InferRequest) -> dict[str, Any]:
     model = svc.model(name)
     tensor = req.inputs[0]
+    if isinstance(model, RankerModel):
+        return _infer_response(model, req, _rank(model, tensor, req.parameters or {}))
     if isinstance(model, TextModel):
         texts = _texts(model, tensor, svc.settings.max_instances * 100)
         return _infer_response(model, req, model.predict(texts))

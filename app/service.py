@@ -26,6 +26,7 @@ from app.jobs.store import JobStore
 from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
+from explainers import cocoa
 from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
@@ -76,6 +77,7 @@ class ExplainService:
         self.settings = settings
         self.registry = registry
         self.cache = cache
+        cocoa.use_store(cache)  # COCOA caches corpus and foil mean embeddings here
         self.metrics = metrics
         self.jobs: JobStore | None = None  # set when a job store exists (learned baselines)
 
@@ -121,7 +123,7 @@ class ExplainService:
         model = self.model(model_name)
         spec = self.explainer(model, explainer_name)
         s = self.settings
-        if len(req.inputs) > s.max_instances:
+        if req.inputs is not None and len(req.inputs) > s.max_instances:
             raise PayloadTooLarge(f"at most {s.max_instances} instances per request")
         if req.budget is not None and req.budget > s.max_budget:
             raise ApiError(f"budget may be at most {s.max_budget}", code="budget_too_large")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from explainers import gradients, shapley, uni
+from explainers import cocoa, gradients, rankshap, shapley, uni
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 
@@ -63,6 +63,28 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "UNI: integrated gradients from an unlearning-matched baseline (one ascent step on a "
         "copy of the weights, PGD in an epsilon ball); returns the baseline",
         "Choi, Duplessis & Belongie, ICLR 2025",
+    ),
+    ExplainerSpec(
+        "rankshap",
+        rankshap.VERSION,
+        ("ranker",),
+        rankshap.RankShapOptions,
+        rankshap.explain,
+        "RankSHAP: Shapley values of terms for a ranker's ranking of documents, NDCG as the game",
+        "Chowdhury, Zick & Allan, ICLR 2025",
+        fields=rankshap.RankShapFields,
+        uses_inputs=False,
+    ),
+    ExplainerSpec(
+        "cocoa",
+        cocoa.VERSION,
+        ("encoder",),
+        cocoa.CocoaOptions,
+        cocoa.explain,
+        "COCOA: attributions of an encoder's contrastive corpus similarity (corpus vs foil), "
+        "by Shapley values of patches or words, or integrated gradients",
+        "Lin, Chen, Kim & Lee, ICLR 2023",
+        fields=cocoa.CocoaFields,
     ),
 )
 

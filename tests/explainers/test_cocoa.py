@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,15 @@ from explainers.explanation import OptionError
 from models.base import Model, TextModel
 from models.builtin import dataset_split
 from models.encoders import load_digits_encoder, load_minilm_encoder
+
+
+@pytest.fixture(autouse=True)
+def no_global_store() -> Iterator[None]:
+    """No store unless a test passes one (an app built by another test may have injected one)."""
+    previous = cocoa._store
+    cocoa.use_store(None)
+    yield
+    cocoa.use_store(previous)
 
 
 @pytest.fixture(scope="module")
