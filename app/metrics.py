@@ -31,8 +31,8 @@ class Metrics:
         )
         self.duration = Histogram(
             "explain_request_duration_seconds",
-            "Wall time of explain requests",
-            ["model", "explainer"],
+            "Wall time of explain requests by model, explainer and HTTP status",
+            ["model", "explainer", "status"],
             registry=self.registry,
             buckets=LATENCY_BUCKETS,
         )

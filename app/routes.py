@@ -300,7 +300,9 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]
             raise
         finally:
             svc.metrics.requests.labels(model, spec.name, str(status)).inc()
-            svc.metrics.duration.labels(model, spec.name).observe(time.perf_counter() - start)
+            svc.metrics.duration.labels(model, spec.name, str(status)).observe(
+                time.perf_counter() - start
+            )
         return JSONResponse(outcome.body, headers={"X-Cache": outcome.cache.upper()})
 
     handler.__annotations__["body"] = body_model  # resolved now, not as a string

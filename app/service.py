@@ -23,6 +23,7 @@ from app.errors import (
 from app.evaluate import attach_evaluation, split_evaluate
 from app.inputs import resolve_target, to_array
 from app.jobs.store import JobStore
+from app.logging import current_request_id
 from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
@@ -165,7 +166,7 @@ class ExplainService:
                 **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
             }
         )
-        request_id = req.id or uuid.uuid4().hex
+        request_id = req.id or current_request_id() or uuid.uuid4().hex
         status = "bypass"
         if use_cache:
             try:

@@ -35,7 +35,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-def test_request_id_is_echoed(client: TestClient) -> None:
+def test_request_id_is_echoed_and_becomes_the_answer_id(client: TestClient) -> None:
     r = client.post(
         "/v2/models/diabetes-mlp/explain/shapley",
         json={"inputs": [ROW]},
@@ -43,6 +43,14 @@ def test_request_id_is_echoed(client: TestClient) -> None:
     )
     assert r.status_code == 200
     assert r.headers["x-request-id"] == "trace-42.a:b"
+    assert r.json()["id"] == "trace-42.a:b"
+    # an id in the body wins for the body (the request's own field), the header still echoes
+    r = client.post(
+        "/v2/models/diabetes-mlp/explain/shapley",
+        json={"inputs": [ROW], "id": "body-id"},
+        headers={"X-Request-ID": "header-id"},
+    )
+    assert r.json()["id"] == "body-id" and r.headers["x-request-id"] == "header-id"
 
 
 def test_request_ids_are_made_when_missing_or_unsafe(client: TestClient) -> None:
@@ -103,6 +111,11 @@ def test_http_and_explain_metrics_by_route_and_status(client: TestClient) -> Non
     ]
     assert count and sum(count) >= 1
     assert got[("job_queue_depth", (("backend", "inprocess"),))] == 0
+    latency = (
+        "explain_request_duration_seconds_count",
+        (("explainer", "shapley"), ("model", "diabetes-mlp"), ("status", "200")),
+    )
+    assert got[latency] >= 1
 
 
 def test_inprocess_queue_metrics_follow_a_job(client: TestClient) -> None:
