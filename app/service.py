@@ -32,6 +32,7 @@ from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
 from explainers.registry import ExplainerSpec, get_explainer
+from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
 
@@ -150,6 +151,7 @@ class ExplainService:
         target = resolve_target(model, req.target)
         params, evaluate = split_evaluate(spec, getattr(req, "parameters"))  # noqa: B009
         options = self._resolve_refs(model, params)
+        options = self._pin_artifact(model, options)
         key = cache_key(
             {
                 "model": model.name,
@@ -234,6 +236,19 @@ class ExplainService:
                 body["meta"]["cache"] = "bypass"
         body["id"] = p.request_id
         return Outcome(body, body["meta"]["cache"])
+
+    def _pin_artifact(self, model: Model, options: Any) -> Any:
+        """Amortized explainers: name the trained artifact that answers (part of the cache key,
+        so retraining never serves stale answers); 409 when none is trained."""
+        if not isinstance(options, SalvageOptions):
+            return options
+        try:
+            return options.pinned(SalvageStore(self.settings.model_dir / "salvage"), model)
+        except NotTrainedError as exc:
+            body = json.dumps({"kind": "train-salvage", "model": model.name})
+            raise ApiError(
+                f"{exc}; train one with POST /v2/jobs {body}", code="explainer_not_trained"
+            ).with_status(409) from None
 
     def _resolve_refs(self, model: Model, options: Any) -> Any:
         """Replace `masker.ref` (a learn-baseline job id) by the learned values."""
