@@ -107,7 +107,12 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
 
         torch.set_num_threads(settings.torch_threads)
         if settings.load_models_on_start:
-            threading.Thread(target=registry.load_all, name="load-models", daemon=True).start()
+            threading.Thread(
+                target=registry.load_all,
+                kwargs={"include_background": True},  # LMs last; readiness does not wait
+                name="load-models",
+                daemon=True,
+            ).start()
         if queue.backend == "inprocess":  # nobody else will finish what a restart interrupted
             threading.Thread(target=resume, args=(jobs, queue), daemon=True).start()
         yield

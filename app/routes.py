@@ -63,7 +63,8 @@ async def ready(request: Request) -> JSONResponse:
     models = svc.registry.status()
     cache = await anyio.to_thread.run_sync(svc.cache.health)
     svc.metrics.cache_up.set(1 if cache["ok"] else 0)
-    missing = [name for name, st in models.items() if not st["loaded"]]
+    # Background models (the LMs) report their state here but do not hold readiness back.
+    missing = [n for n, st in models.items() if not st["loaded"] and not st.get("background")]
     body: dict[str, Any] = {
         "ready": not missing,
         "status": "ready" if not missing and cache["ok"] else "degraded",

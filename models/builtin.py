@@ -20,6 +20,7 @@ from torch import nn
 
 from models.base import Model, UnknownModelError
 from models.encoders import load_digits_encoder, load_minilm_encoder
+from models.lm import shared_language_model
 from models.rankers import load_bm25, load_minilm_ranker
 from models.text import load_sentiment_minilm
 
@@ -39,6 +40,9 @@ class BuiltinModel:
     name: str
     modality: str
     load: Callable[[Path], Model]
+    # Loaded after the others, in the background: readiness does not wait for it, the model
+    # listing says "loading", and explain requests answer 503 until it is loaded.
+    background: bool = False
 
 
 @dataclass(frozen=True)
@@ -426,11 +430,23 @@ def load_digits_cnn(cache_dir: Path) -> Model:
     return load_builtin("digits-cnn", cache_dir)
 
 
+def load_gemma3_270m(cache_dir: Path) -> Model:
+    """Gemma 3 270M (pretrained) causal LM: AttriBoT's target (models/lm.py)."""
+    return shared_language_model("gemma3-270m", cache_dir)
+
+
+def load_smollm2_135m(cache_dir: Path) -> Model:
+    """SmolLM2 135M Instruct causal LM: AttriBoT's proxy (models/lm.py)."""
+    return shared_language_model("smollm2-135m", cache_dir)
+
+
 BUILTINS: tuple[BuiltinModel, ...] = (
     BuiltinModel("diabetes-mlp", "tabular", load_diabetes_mlp),
     BuiltinModel("breast-cancer-mlp", "tabular", load_breast_cancer_mlp),
     BuiltinModel("digits-cnn", "image", load_digits_cnn),
     BuiltinModel("sentiment-minilm", "text", load_sentiment_minilm),
+    BuiltinModel("gemma3-270m", "lm", load_gemma3_270m, background=True),
+    BuiltinModel("smollm2-135m", "lm", load_smollm2_135m, background=True),
     BuiltinModel("bm25", "ranker", load_bm25),
     BuiltinModel("minilm-ranker", "ranker", load_minilm_ranker),
     BuiltinModel("minilm-encoder", "encoder", load_minilm_encoder),

@@ -47,7 +47,12 @@ class ModelRegistry:
         builtin = self._builtins.get(name)
         if builtin is None:
             raise UnknownModelError(name)
-        with self._load_locks[name]:
+        lock = self._load_locks[name]
+        # A background model being loaded answers "not ready" at once instead of holding the
+        # caller for the minutes its load can take.
+        if not lock.acquire(blocking=not builtin.background):
+            raise ModelNotReadyError(f"model {name!r} is loading; retry in a little while")
+        try:
             with self._lock:
                 model = self._models.get(name)
             if model is not None:
@@ -63,6 +68,8 @@ class ModelRegistry:
                 self._models[name] = model
                 self._errors.pop(name, None)
             return model
+        finally:
+            lock.release()
 
     def register(self, model: Model) -> Model:
         """Add a user model, or replace the one of the same name; built-in names are reserved."""
@@ -80,11 +87,20 @@ class ModelRegistry:
             if self._models.pop(name, None) is None:
                 raise UnknownModelError(name)
 
-    def load_all(self) -> None:
-        """Load every built-in; failures are recorded in `status()` instead of raised."""
-        for name in self._builtins:
+    def load_all(self, include_background: bool = False) -> None:
+        """Load every built-in (background ones last, when asked); failures are recorded in
+        `status()` instead of raised."""
+        names = [n for n, b in self._builtins.items() if not b.background]
+        if include_background:
+            names += [n for n, b in self._builtins.items() if b.background]
+        for name in names:
             with contextlib.suppress(ModelNotReadyError):
                 self.get(name)
+
+    def is_background(self, name: str) -> bool:
+        """Whether `name` is a built-in that loads in the background (readiness skips it)."""
+        builtin = self._builtins.get(name)
+        return builtin is not None and builtin.background
 
     def loaded(self, name: str) -> bool:
         """Whether `name` is loaded and ready (False for unknown names)."""
@@ -103,9 +119,14 @@ class ModelRegistry:
         return model, modality, error
 
     def status(self) -> dict[str, dict[str, object]]:
-        """Per model: {"loaded": bool, "error": str | None} (the last load error, if any)."""
+        """Per model: {"loaded": bool, "error": str | None} (the last load error, if any);
+        background built-ins add {"background": True}."""
         with self._lock:
-            return {
+            out: dict[str, dict[str, object]] = {
                 name: {"loaded": name in self._models, "error": self._errors.get(name)}
                 for name in sorted(self._builtins.keys() | self._models.keys())
             }
+        for name, entry in out.items():
+            if self.is_background(name):
+                entry["background"] = True
+        return out
