@@ -355,9 +355,9 @@ def load_language_model(name: str, cache_dir: Path) -> LanguageModel:
             if loaded is None:
                 raise RuntimeError(f"LM cache {dest} is unreadable right after conversion")
     hf, tokenizer, info = loaded
-    add_bos = (
-        bool(getattr(tokenizer, "add_bos_token", False)) and tokenizer.bos_token_id is not None
-    )
+    # Whether the tokenizer itself starts a text with BOS (Gemma does; SmolLM2 does not).
+    bos_id = tokenizer.bos_token_id
+    add_bos = bos_id is not None and tokenizer("a")["input_ids"][:1] == [bos_id]
     holder: dict[str, LanguageModel] = {}
 
     def predict_texts(texts: list[str]) -> np.ndarray:
