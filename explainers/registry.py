@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from explainers import cocoa, gradients, rankshap, shapley, uni
+from explainers import attribot, cocoa, gradients, rankshap, shapley, uni
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 
@@ -85,6 +85,18 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "by Shapley values of patches or words, or integrated gradients",
         "Lin, Chen, Kim & Lee, ICLR 2023",
         fields=cocoa.CocoaFields,
+    ),
+    ExplainerSpec(
+        "attribot",
+        attribot.VERSION,
+        ("lm",),
+        attribot.AttriBoTOptions,
+        attribot.explain,
+        "AttriBoT: leave-one-out context attribution of a language model's response (exact LOO, "
+        "KV-cache reuse, hierarchical, proxy model, proxy pruning) and ContextCite",
+        "Liu, Kandpal & Raffel, ICLR 2025; Cohen-Wang et al. 2024 (ContextCite)",
+        fields=attribot.AttriBoTFields,
+        uses_inputs=False,
     ),
 )
 
