@@ -109,7 +109,8 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         if settings.load_models_on_start:
             threading.Thread(
                 target=registry.load_all,
-                kwargs={"include_background": True},  # LMs last; readiness does not wait
+                # LMs last; readiness does not wait for them
+                kwargs={"include_background": settings.load_background_models},
                 name="load-models",
                 daemon=True,
             ).start()

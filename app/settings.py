@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="Redis for the cache; in-process LRU if unset")
     model_dir: Path = Field(default_factory=_default_model_dir)
     load_models_on_start: bool = True
+    load_background_models: bool = Field(
+        True,
+        description="also preload the background built-ins (the language models, ~1.6 GB) at "
+        "start; false: they load on first use",
+    )
     cache_ttl_s: int = 7 * 24 * 3600
     cache_max_entries: int = 2048
     cache_timeout_s: float = 0.5

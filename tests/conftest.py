@@ -32,6 +32,9 @@ def private_job_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     private = {
         "DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('db') / 'jobs.db'}",
         "USER_MODEL_DIR": str(tmp_path_factory.mktemp("user-models")),
+        # Servers and apps under test don't preload the language models (1.6 GB, minutes of
+        # CPU on a fresh machine); the LM tests load them once themselves.
+        "LOAD_BACKGROUND_MODELS": "false",
     }
     old = {k: os.environ.get(k) for k in private}
     os.environ.update(private)
