@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from explainers import attribot, cocoa, gradients, rankshap, shapley, uni
+from explainers import attribot, cocoa, gradients, rankshap, salvage_store, shapley, uni
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 
@@ -85,6 +85,16 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "by Shapley values of patches or words, or integrated gradients",
         "Lin, Chen, Kim & Lee, ICLR 2023",
         fields=cocoa.CocoaFields,
+    ),
+    ExplainerSpec(
+        "salvage",
+        salvage_store.VERSION,
+        ("image",),
+        salvage_store.SalvageOptions,
+        salvage_store.explain,
+        "Salvage: a trained explainer network gives Shapley values of image patches in one "
+        "forward pass (train it with a train-salvage job)",
+        "Naouar et al., ICLR 2025; Covert, Kim & Lee, ICLR 2023; Jethani et al., ICLR 2022",
     ),
     ExplainerSpec(
         "attribot",
