@@ -8,6 +8,7 @@ cheap; jobs are stored but not run (JOB_WORKERS=0).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,7 @@ CASES: list[str] = []  # one entry per generated request; reported at the end
 
 
 def _app() -> object:
-    tmp = Path(os.environ.get("FUZZ_TMP", "/tmp/attr-fuzz"))
-    tmp.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="attr-fuzz-"))  # jobs and registered models of this run
     model_dir = Path(os.environ["MODEL_DIR"]) if "MODEL_DIR" in os.environ else None
     base = Settings(redis_url=None, load_models_on_start=False)
     settings = base.model_copy(
