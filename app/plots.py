@@ -50,6 +50,10 @@ def view(body: dict[str, Any], index: int) -> View:
     numbers = [*values, e["base_value"], e["instance_output_value"]]
     if len(values) == 0 or not np.all(np.isfinite(numbers)):
         raise InvalidInput("an explanation needs finite values, base value and output to plot")
+    with np.errstate(over="ignore"):  # waterfalls and summed tails add values up
+        running = np.cumsum(np.concatenate([[e["base_value"]], np.abs(values)]))
+    if not np.isfinite(running[-1]) or abs(float(running[-1])) > 1e300:
+        raise InvalidInput("the values are too large to plot (their sum overflows)")
     if len(names) != len(values):
         names = [f"player {i}" for i in range(len(values))]
     return View(

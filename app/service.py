@@ -229,9 +229,17 @@ class ExplainService:
         if body["meta"]["partial"]:  # fewer samples than asked: never served again from cache
             status = "bypass"
             body["meta"]["cache"] = "bypass"
+        try:  # JSON has no NaN or infinity: a model that produced them gets a clear 400
+            blob = json.dumps(body, allow_nan=False)
+        except ValueError:
+            raise ApiError(
+                "the explanation holds non-finite numbers (NaN or infinity): the model's outputs "
+                "overflow or are undefined for these inputs",
+                code="non_finite_output",
+            ) from None
         if status == "miss":
             try:
-                self.cache.set(p.key, json.dumps(body))
+                self.cache.set(p.key, blob)
             except CacheUnavailable:
                 body["meta"]["cache"] = "bypass"
         body["id"] = p.request_id

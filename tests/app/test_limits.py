@@ -179,3 +179,31 @@ def test_rate_limit_per_key(model_dir: Path, tmp_path: Path) -> None:
         assert r.json()["code"] == "rate_limited"
         assert int(r.headers["Retry-After"]) >= 1
         assert c.get("/v2/health/ready").status_code in (200, 503)  # health is never limited
+
+
+class Overflowing(torch.nn.Module):
+    """A real model whose output is infinite for large inputs (float32 overflow)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.sum(dim=1, keepdim=True) * 1e38) * 1e38
+
+
+def test_non_finite_model_output_is_a_400_not_a_500(model_dir: Path, tmp_path: Path) -> None:
+    with _app(model_dir, tmp_path) as c:
+        registry = c.app.state.service.registry  # type: ignore[attr-defined]
+        names = tuple(f"x{i}" for i in range(N))
+        registry.register(
+            Model(
+                name="overflowing",
+                modality="tabular",
+                task="regression",
+                input_shape=(N,),
+                feature_names=names,
+                output_names=("y",),
+                module=Overflowing().eval(),
+                background=np.zeros((1, N), dtype=np.float32),
+            )
+        )
+        r = c.post("/v2/models/overflowing/explain/shapley", json={"inputs": [ROW]})
+        assert r.status_code == 400, r.text
+        assert r.json()["code"] == "non_finite_output"

@@ -267,3 +267,24 @@ def test_inconsistent_answers_are_400_not_500(client: TestClient, tabular: dict[
     for body, _ in cases:  # auto falls back to a chart that fits
         assert client.post("/v2/plots?format=png", json=body).status_code == 200
         assert client.post("/v2/plots?format=shap", json=body).status_code == 200
+
+
+def test_values_whose_sum_overflows_are_400(client: TestClient) -> None:
+    """Found by schemathesis: each value finite, their running sum is not."""
+    body = {
+        "model_name": "m",
+        "model_version": "v",
+        "id": "x",
+        "meta": {"explainer": "e", "explainer_version": "1", "seed": 0, "budget": 1,
+                 "n_model_evals": 1, "n_instances": 1, "exact": False, "additive": False,
+                 "compute_ms": 0.0, "cache": "bypass", "parameters": {}},
+        "data": {"feature_names": [], "output_names": [], "explanations": [
+            {"output_index": 0, "output_name": "", "data": None,
+             "values": [1.98e301, 1.7976929362853103e308], "base_value": 0.0,
+             "instance_output_value": 0.0, "approximation_error": 0.0, "exact": False,
+             "estimator": "", "n_model_evals": 0}]},
+    }  # fmt: skip
+    for fmt in ("vega-lite", "png"):
+        r = client.post(f"/v2/plots?format={fmt}&kind=waterfall", json=body)
+        assert r.status_code == 400, r.text
+        assert r.json()["code"] == "invalid_input"
