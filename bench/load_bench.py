@@ -142,7 +142,12 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
 def start_server(redis_url: str, db_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MODEL_DIR"}
-    env.update(REDIS_URL=redis_url, DATABASE_URL=f"sqlite:///{db_dir}/jobs.db")
+    # The mix uses tabular models only: don't let the language models load during the run.
+    env.update(
+        REDIS_URL=redis_url,
+        DATABASE_URL=f"sqlite:///{db_dir}/jobs.db",
+        LOAD_BACKGROUND_MODELS="false",
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port),
          "--log-level", "warning"],
