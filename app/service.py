@@ -294,7 +294,7 @@ class ExplainService:
         explanations = [
             {
                 "output_index": e.output_index,
-                "output_name": model.output_names[e.output_index],
+                "output_name": e.output_name or model.output_names[e.output_index],
                 "data": raw,
                 "values": e.values.tolist(),
                 "base_value": e.base_value,

@@ -331,6 +331,7 @@ def explain(
                     options.steps + 2,
                     "integrated_gradients",
                     details=details,
+                    output_name=f"{options.objective} similarity",
                 )
             )
             names = tuple(model.feature_names)
@@ -428,6 +429,7 @@ def _shapley_one(
             err,
             players=players,
             details=details,
+            output_name=f"{options.objective} similarity",
         ),
         names,
     )

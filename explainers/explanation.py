@@ -39,6 +39,7 @@ class Explanation:
     players: tuple[Span, ...] | None = None  # text: this instance's own players (words, tokens)
     details: dict[str, Any] | None = None  # explainer-specific outputs (JSON-ready)
     partial: bool = False  # an anytime estimate cut short by the deadline
+    output_name: str | None = None  # the explained scalar when it is not one of the model's outputs
 
     @property
     def approximation_error(self) -> float:

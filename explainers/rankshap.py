@@ -308,6 +308,7 @@ def explain(
         estimator=est.estimator,
         error_std=None if est.error_std is None else np.asarray(est.error_std).reshape(n),
         details=details,
+        output_name=f"ndcg@{game.k}",
     )
     echo = options.model_dump()
     echo["k"] = game.k

@@ -138,6 +138,7 @@ def test_rankshap_request(client: TestClient) -> None:
     e = out["data"]["explanations"][0]
     assert out["data"]["feature_names"] == e["details"]["terms"]
     assert e["details"]["ranking"] == [0, 1, 2] and e["details"]["k"] == 2
+    assert e["output_name"] == "ndcg@2"  # the explained scalar, not the ranker's score output
     assert e["exact"] and e["approximation_error"] < 1e-9
     assert sum(e["values"]) == pytest.approx(e["details"]["v_all"] - e["details"]["v_empty"])
     assert out["meta"]["parameters"]["k"] == 2 and out["meta"]["n_model_evals"] > 0
@@ -186,6 +187,7 @@ def test_cocoa_request_and_embedding_cache(
     assert out["data"]["feature_names"] == ["patch_0_0", "patch_0_1", "patch_1_0", "patch_1_1"]
     assert e["exact"] and e["approximation_error"] < 1e-9
     assert e["instance_output_value"] == pytest.approx(e["details"]["contrastive_similarity"])
+    assert e["output_name"] == "contrastive similarity"
     assert out["meta"]["foil"]["source"] == "request"
     # a new explicand with the same corpus and foil reuses their cached mean embeddings
     r2 = client.post(
