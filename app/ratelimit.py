@@ -58,21 +58,22 @@ class RateLimit:
         who = self._identity(scope)
         for item in self.items:
             try:
-                allowed = self.limiter.hit(item, "attr", who)
+                if self.limiter.hit(item, "attr", who):
+                    continue
+                # Only refusals need the window (one more storage round trip).
                 reset = self.limiter.get_window_stats(item, "attr", who).reset_time
             except Exception as exc:  # shared storage down: fail open, say so in the log
                 log.warning("rate-limit storage unavailable, not limiting: %s", exc)
                 break
-            if not allowed:
-                retry = max(1, math.ceil(reset - time.time()))
-                response = JSONResponse(
-                    {
-                        "error": f"rate limit of {item} exceeded; retry in {retry} s",
-                        "code": "rate_limited",
-                    },
-                    status_code=429,
-                    headers={"Retry-After": str(retry)},
-                )
-                await response(scope, receive, send)
-                return
+            retry = max(1, math.ceil(reset - time.time()))
+            response = JSONResponse(
+                {
+                    "error": f"rate limit of {item} exceeded; retry in {retry} s",
+                    "code": "rate_limited",
+                },
+                status_code=429,
+                headers={"Retry-After": str(retry)},
+            )
+            await response(scope, receive, send)
+            return
         await self.app(scope, receive, send)

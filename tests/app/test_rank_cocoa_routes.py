@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from explainers import cocoa
 from models.builtin import dataset_split
 from models.rankers import bm25_scores
 from models.registry import ModelRegistry
+from tests.app.test_jobs import wait
 from tests.conftest import RedisServer
 
 QUERY = "solar electricity"
@@ -42,16 +42,6 @@ def digits() -> dict[str, list[Any]]:
         "foil": split.x_train[split.y_train != 7][:120].tolist(),
         "x": split.x_test[split.y_test == 7][:3].tolist(),
     }
-
-
-def wait(client: TestClient, job_id: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get(f"/v2/jobs/{job_id}").json()
-        if status["status"] in ("succeeded", "failed", "cancelled"):
-            return dict(status)
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish: {status}")
 
 
 def results(client: TestClient, job_id: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ explanations from the stored artifact, which survives a restart; 4xx for bad job
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from app.main import create_app
 from app.settings import Settings
 from models.builtin import dataset_split
 from models.registry import ModelRegistry
+from tests.app.test_jobs import wait
 
 TINY = {"rows": 48, "surrogate_epochs": 1, "explainer_epochs": 2, "batch_size": 16, "pairs": 2}
 JOB = {"kind": "train-salvage", "model": "digits-cnn", "parameters": TINY}
@@ -32,16 +32,6 @@ def app_for(tmp: Path, registry: ModelRegistry, **kw: Any) -> TestClient:
     return TestClient(create_app(settings, registry))
 
 
-def wait(client: TestClient, job_id: str, timeout: float = 240) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get(f"/v2/jobs/{job_id}").json()
-        if status["status"] in ("succeeded", "failed", "cancelled"):
-            return dict(status)
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish: {status}")
-
-
 def image(i: int = 0) -> list[Any]:
     return list(dataset_split("digits-cnn").x_test[i].tolist())
 
@@ -54,7 +44,7 @@ def test_train_then_explain_in_one_pass(tmp_path: Path, registry: ModelRegistry)
         assert '"kind": "train-salvage"' in r.json()["error"]
         r = client.post("/v2/jobs", json=JOB)
         assert r.status_code == 202
-        status = wait(client, r.json()["id"])
+        status = wait(client, r.json()["id"], timeout=240)
         assert status["status"] == "succeeded", status
         assert status["progress"]["done"] == status["progress"]["total"] == 1 + 2 + 1
         records = [
@@ -82,7 +72,7 @@ def test_train_then_explain_in_one_pass(tmp_path: Path, registry: ModelRegistry)
         pinned = {**body, "target": 3, "parameters": {"artifact": artifact}}
         before = client.post("/v2/models/digits-cnn/explain/salvage", json=pinned).json()
         # The same configuration again reuses the stored artifact (and its history).
-        again = wait(client, client.post("/v2/jobs", json=JOB).json()["id"])
+        again = wait(client, client.post("/v2/jobs", json=JOB).json()["id"], timeout=240)
         assert again["summary"]["artifact"] == artifact and again["progress"]["done"] == 4
     # A restarted service answers from the artifact on disk.
     with app_for(tmp_path, registry) as client:
