@@ -15,7 +15,7 @@ from starlette.routing import Match
 
 from explainers.games import BudgetError, ExplainerError
 from explainers.gradients import NotDifferentiableError
-from explainers.registry import UnknownExplainerError
+from explainers.registry import UnknownExplainerError, UnsupportedModelError
 from models.base import ModelNotReadyError, UnknownModelError
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,9 @@ def from_library(exc: Exception) -> ApiError:
         return NotReady(str(exc), code="model_not_ready")
     if isinstance(exc, NotDifferentiableError):
         return Unprocessable(str(exc), code="not_differentiable")
+    if isinstance(exc, UnsupportedModelError):
+        status = 422 if exc.code == "not_differentiable" else 400
+        return ApiError(str(exc), code=exc.code).with_status(status)
     if isinstance(exc, BudgetError):
         return ApiError(str(exc), code="budget_too_small")
     if isinstance(exc, ExplainerError):

@@ -1,4 +1,5 @@
-"""Model repository routes (API.md): register TorchScript uploads or remote OIP models."""
+"""Model repository routes (API.md): register model files (TorchScript, ONNX, XGBoost,
+LightGBM) or remote OIP models."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from fastapi.responses import JSONResponse, Response
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, PayloadTooLarge
 from app.routes import metadata
 from app.schemas import ModelMetadata
-from models.base import ModelError
-from models.user import Declaration, UserModelStore, remote_model, torchscript_model
+from models.base import Model, ModelError
+from models.user import FORMATS, Declaration, UserModelStore
+from models.user import register as register_model
 
 router = APIRouter(tags=["repository"])
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -32,6 +34,30 @@ def _json_list(field: str, raw: str | None) -> list[Any] | None:
     return value
 
 
+def _input_range(raw: str | None) -> tuple[float, float] | None:
+    values = _json_list("input_range", raw)
+    if values is None:
+        return None
+    ok = len(values) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    )
+    if not ok or not values[0] < values[1]:
+        raise InvalidInput("input_range must be [low, high] with low < high")
+    return float(values[0]), float(values[1])
+
+
+def sniff_format(data: bytes) -> str:
+    """The upload's format from its first bytes (a zip is TorchScript; never a pickle)."""
+    head = data[:512].lstrip()
+    if data[:2] == b"PK":
+        return "torchscript"
+    if head.startswith(b"tree\n") or head.startswith(b"tree\r\n"):
+        return "lightgbm"
+    if head.startswith(b"{") and (b'"learner"' in data[:4096] or b"learner" in data[:64]):
+        return "xgboost"  # JSON, or UBJSON whose first key is "learner"
+    return "onnx"
+
+
 def declaration(
     name: str,
     modality: str,
@@ -39,6 +65,11 @@ def declaration(
     output_names: str,
     feature_names: str | None,
     task: str | None,
+    fmt: str,
+    input_range: str | None = None,
+    onnx_output: str | None = None,
+    remote_url: str | None = None,
+    remote_output: str | None = None,
 ) -> Declaration:
     if not NAME.match(name):
         raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-', starting alnum")
@@ -59,7 +90,32 @@ def declaration(
     task = task or ("classification" if len(outputs) > 1 else "regression")
     if task not in ("classification", "regression"):
         raise InvalidInput("task must be classification or regression")
-    return Declaration(name, modality, task, tuple(shape), tuple(outputs), tuple(features))
+    if fmt not in FORMATS:
+        raise InvalidInput(f"format must be one of {list(FORMATS)}")
+    if remote_output is not None and fmt != "remote":
+        raise InvalidInput("remote_output applies to remote models only")
+    if onnx_output is not None and fmt != "onnx":
+        raise InvalidInput("onnx_output applies to ONNX models only")
+    return Declaration(
+        name,
+        modality,
+        task,
+        tuple(shape),
+        tuple(outputs),
+        tuple(features),
+        format=fmt,
+        input_range=_input_range(input_range),
+        onnx_output=onnx_output,
+        remote_url=remote_url,
+        remote_output=remote_output,
+    )
+
+
+async def _read(upload: UploadFile, limit: int, what: str) -> bytes:
+    data = await upload.read(limit + 1)
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{what} files are limited to {limit} bytes")
+    return data
 
 
 @router.post(
@@ -75,37 +131,69 @@ async def register(
     input_shape: str = Form(..., description="JSON list, without the batch dimension"),
     output_names: str = Form(..., description="JSON list"),
     feature_names: str | None = Form(None, description="JSON list"),
-    task: str | None = Form(None, description="classification or regression"),
-    file: UploadFile | None = File(None, description="TorchScript module (torch.jit.save)"),
+    task: str | None = Form(
+        None, description="classification or regression (default: classification when there "
+        "are several outputs)"
+    ),
+    file: UploadFile | None = File(
+        None,
+        description="the model: TorchScript (torch.jit.save), ONNX, XGBoost JSON/UBJSON or "
+        "LightGBM text; never a pickle",
+    ),
+    format: str | None = Form(
+        None, description="torchscript, onnx, xgboost or lightgbm; default: read from the file"
+    ),
     remote_url: str | None = Form(None, description="Open Inference Protocol model URL"),
+    remote_output: str | None = Form(
+        None, description="remote models: the output to request by name (default: the first)"
+    ),
+    input_range: str | None = Form(
+        None, description="JSON [low, high] of valid input values (e.g. [0, 1] for images)"
+    ),
+    onnx_output: str | None = Form(
+        None, description="ONNX: the output to explain; default the first float [N, k] tensor"
+    ),
+    background: UploadFile | None = File(
+        None, description="default background rows: CSV with a header of feature names, or .npy"
+    ),
 ) -> JSONResponse:
     """Register (or re-register: a new version) a model; admin scope."""
     state = request.app.state
     registry = state.service.registry
-    decl = declaration(name, modality, input_shape, output_names, feature_names, task)
+    limit = state.settings.max_model_bytes
+    if (file is None) == (remote_url is None):
+        raise InvalidInput("send exactly one of file (a model file) or remote_url")
+    files: dict[str, bytes] = {}
+    if file is not None:
+        files["model"] = await _read(file, limit, "model")
+    if background is not None:
+        files["background"] = await _read(background, limit, "background")
+    fmt = "remote" if remote_url is not None else (format or sniff_format(files["model"]))
+    decl = declaration(
+        name,
+        modality,
+        input_shape,
+        output_names,
+        feature_names,
+        task,
+        fmt,
+        input_range,
+        onnx_output,
+        remote_url,
+        remote_output,
+    )
     if name in registry.builtin_names():
         raise ApiError(f"{name!r} is a built-in model", code="conflict").with_status(409)
-    if (file is None) == (remote_url is None):
-        raise InvalidInput("send exactly one of file (TorchScript) or remote_url")
-    data = None
-    if file is not None:
-        data = await file.read(state.settings.max_model_bytes + 1)
-        if len(data) > state.settings.max_model_bytes:
-            raise PayloadTooLarge(
-                f"model files are limited to {state.settings.max_model_bytes} bytes"
-            )
 
-    def build() -> Any:
+    def build() -> tuple[Model, dict[str, Any]]:
         try:
-            if data is not None:
-                return torchscript_model(decl, data)
-            return remote_model(decl, remote_url or "")
+            return register_model(decl, files)
         except ModelError as exc:
             raise InvalidInput(str(exc), code="invalid_model") from None
 
-    model = await anyio.to_thread.run_sync(build)
+    model, meta = await anyio.to_thread.run_sync(build)
     store: UserModelStore = state.user_models
-    await anyio.to_thread.run_sync(lambda: store.save(model, decl, data, remote_url))
+    await anyio.to_thread.run_sync(lambda: store.save(meta, files))
     registry.register(model)
     return JSONResponse(metadata(model).model_dump(), status_code=201)
 

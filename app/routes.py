@@ -36,7 +36,7 @@ from app.schemas import (
 )
 from app.service import ExplainService, Outcome, Prepared
 from explainers.rankshap import MAX_DOCUMENTS
-from explainers.registry import EXPLAINERS, ExplainerSpec
+from explainers.registry import EXPLAINERS, ExplainerSpec, catalog
 from models.base import Model, RankerModel, TextModel
 
 router = APIRouter()
@@ -120,7 +120,13 @@ def metadata(model: Model) -> ModelMetadata:
         task=model.task,
         feature_names=list(model.feature_names),
         output_names=list(model.output_names),
-        explainers=[s.name for s in EXPLAINERS if model.modality in s.modalities],
+        explainers=catalog(model),
+        capabilities={
+            "differentiable": model.differentiable,
+            "classifier": model.task == "classification",
+            "tree": None if model.tree is None else model.tree.library,
+            "input_range": None if model.input_range is None else list(model.input_range),
+        },
         background=model.background_info or None,
         info=getattr(model, "info", {}) or {},
     )

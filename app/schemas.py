@@ -190,7 +190,14 @@ class ModelMetadata(BaseModel):
     task: str
     feature_names: list[str]
     output_names: list[str]
-    explainers: list[str]
+    explainers: list[str] = Field(
+        ..., description="exactly the explainers that answer a valid request for this model"
+    )
+    capabilities: dict[str, Any] = Field(
+        default_factory=dict,
+        description="differentiable (input gradients), classifier, tree (the booster library "
+        "whose TreeSHAP answers estimator tree), input_range",
+    )
     background: dict[str, Any] | None
     info: dict[str, Any] = Field(default_factory=dict)
 

@@ -31,7 +31,7 @@ from explainers import cocoa
 from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
-from explainers.registry import ExplainerSpec, get_explainer
+from explainers.registry import ExplainerSpec, get_explainer, unsupported
 from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
@@ -94,11 +94,9 @@ class ExplainService:
             spec = get_explainer(name)
         except KeyError as exc:
             raise from_library(exc) from exc
-        if model.modality not in spec.modalities:
-            raise ApiError(
-                f"explainer {name!r} does not support {model.modality} models",
-                code="unsupported_modality",
-            )
+        refusal = unsupported(spec, model)
+        if refusal is not None:
+            raise from_library(refusal)
         return spec
 
     def explain(

@@ -39,9 +39,10 @@ def require_gradients(model: Model) -> None:
         raise NotDifferentiableError(
             f"{model.name} is a text model: gradient explainers take tabular and image models"
         )
-    if model.platform == "remote":
+    if not model.differentiable:
         raise NotDifferentiableError(
-            f"{model.name} is a remote endpoint (a black box without gradients); use shapley"
+            f"{model.name} is a black box without input gradients ({model.platform}); "
+            "use shapley"
         )
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from explainers import attribot, cocoa, gradients, rankshap, salvage_store, shapley, uni
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
+from models.base import Model
 
 
 class UnknownExplainerError(ExplainerError, KeyError):
@@ -32,6 +33,43 @@ class ExplainerSpec:
     # False when the explainer's own fields describe the instance (one per request) and the
     # common `inputs` list is not used; a batch audit's instances are then dicts of those fields.
     uses_inputs: bool = True
+    # Capabilities a model needs beyond its modality: "differentiable" (input gradients of torch
+    # weights), "classifier". The catalog of a model lists exactly the explainers it satisfies.
+    needs: tuple[str, ...] = ()
+
+
+class UnsupportedModelError(ExplainerError):
+    """The explainer cannot serve this model (its modality or a missing capability)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def unsupported(spec: ExplainerSpec, model: Model) -> UnsupportedModelError | None:
+    """Why `spec` cannot answer for `model`, or None when every valid request gets an answer."""
+    if model.modality not in spec.modalities:
+        return UnsupportedModelError(
+            f"explainer {spec.name!r} does not support {model.modality} models",
+            "unsupported_modality",
+        )
+    if "differentiable" in spec.needs and not model.differentiable:
+        return UnsupportedModelError(
+            f"{spec.name} needs input gradients; {model.name} is a black box without them "
+            f"({model.platform}): use shapley",
+            "not_differentiable",
+        )
+    if "classifier" in spec.needs and model.task != "classification":
+        return UnsupportedModelError(
+            f"{spec.name} explains classifiers; {model.name} is a {model.task} model",
+            "needs_classifier",
+        )
+    return None
+
+
+def catalog(model: Model) -> list[str]:
+    """Names of the explainers that answer a valid request for `model`."""
+    return [spec.name for spec in EXPLAINERS if unsupported(spec, model) is None]
 
 
 EXPLAINERS: tuple[ExplainerSpec, ...] = (
@@ -53,6 +91,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "Integrated gradients from zero, constant, mean, blur, noise, supplied or background "
         "(expected gradients) baselines; re-calibrated estimators valid_ip and valid_ref",
         "Sundararajan et al. 2017; Erion et al. 2021; Sturmfels et al. 2020; Yang et al. 2023",
+        needs=("differentiable",),
     ),
     ExplainerSpec(
         "uni",
@@ -63,6 +102,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "UNI: integrated gradients from an unlearning-matched baseline (one ascent step on a "
         "copy of the weights, PGD in an epsilon ball); returns the baseline",
         "Choi, Duplessis & Belongie, ICLR 2025",
+        needs=("differentiable", "classifier"),
     ),
     ExplainerSpec(
         "rankshap",
@@ -95,6 +135,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "Salvage: a trained explainer network gives Shapley values of image patches in one "
         "forward pass (train it with a train-salvage job)",
         "Naouar et al., ICLR 2025; Covert, Kim & Lee, ICLR 2023; Jethani et al., ICLR 2022",
+        needs=("differentiable", "classifier"),
     ),
     ExplainerSpec(
         "attribot",

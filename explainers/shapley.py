@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from explainers import api_allocation, audit, interactions
+from explainers import api_allocation, audit, interactions, shapley_trees
 from explainers import text as text_game
 from explainers.budget import default_budget
 from explainers.estimators import exact, kernel, permutation
@@ -107,10 +107,17 @@ class ShapleyOptions(BaseModel):
     """Options of the `shapley` explainer."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    estimator: Literal["auto", "exact", "permutation", "kernel", "svarm"] = Field(
+    estimator: Literal["auto", "exact", "permutation", "kernel", "svarm", "tree"] = Field(
         "auto",
-        description="auto: exact when 2^n coalitions fit the budget, else kernel (SV) or the "
-        "index's default sampler; svarm is for interaction indices only",
+        description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
+        "exact when 2^n coalitions fit the budget, else kernel (SV) or the index's default "
+        "sampler; svarm is for interaction indices only; tree: exact path-dependent TreeSHAP",
+    )
+    output: Literal["auto", "prediction", "margin"] = Field(
+        "auto",
+        description="the explained output space: prediction (class probabilities, or the "
+        "regression output) or margin (tree models' raw score: log-odds for classifiers); auto: "
+        "margin for tree models, prediction otherwise",
     )
     index: Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII", "API"] = Field(
         "SV",
@@ -194,7 +201,10 @@ def _array_plan(
     text_only = options.model_fields_set & {"players", "absence"}
     if text_only:
         raise OptionError(f"{sorted(text_only)} apply to text models only")
-    use_background = model.modality != "image" and model.background is not None
+    # Rows the request sent always win: never a silent zero baseline beside them.
+    use_background = background is not None or (
+        model.modality != "image" and model.background is not None
+    )
     masker = options.masker or MaskerOptions(type="background" if use_background else "baseline")
     references, masker_echo = _references(model, masker, background)
     if model.modality == "image":
@@ -203,12 +213,15 @@ def _array_plan(
         groups, names = np.arange(model.n_features), list(model.feature_names)
     n_players, cost = len(names), references.shape[0]
     budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
+    space = shapley_trees.output_space(model, options.output)
+    predict = model.tree.margin if space == "margin" and model.tree is not None else model.predict
     games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
-        (MaskedModelGame(model.predict, x, references, groups, model.batch_size), n_players, None)
+        (MaskedModelGame(predict, x, references, groups, model.batch_size), n_players, None)
         for x in inputs
     ]
     echo = options.model_dump(exclude={"players", "absence"})
     echo["masker"] = masker_echo
+    echo["output"] = space
     if model.modality != "image":
         echo.pop("patch_size")
     return _Plan(games, tuple(names), echo, budget, cost)
@@ -218,7 +231,7 @@ def _text_plan(
     model: TextModel, inputs: np.ndarray, options: ShapleyOptions, budget: int | None
 ) -> _Plan:
     """Text models: one game per text over its own words or tokens; the budget fits the longest."""
-    not_text = options.model_fields_set & {"masker", "patch_size"}
+    not_text = options.model_fields_set & {"masker", "patch_size", "output"}
     if not_text:
         raise OptionError(
             f"{sorted(not_text)} do not apply to text models; use players and absence"
@@ -229,7 +242,7 @@ def _text_plan(
     ]
     longest = max(n for _, n, _ in games)
     budget = default_budget(longest, 1, options.estimator) if budget is None else budget
-    echo = options.model_dump(exclude={"masker", "patch_size"})
+    echo = options.model_dump(exclude={"masker", "patch_size", "output"})
     if options.absence == "mask":
         echo["mask_token"] = model.mask_token
     return _Plan(games, (), echo, budget, 1)
@@ -246,6 +259,19 @@ def explain(
     background: np.ndarray | None = None,
 ) -> ExplainResult:
     """Shapley explanations of `inputs` (model.predict's rows: arrays, or texts) for one output."""
+    warnings: list[str] = []
+    if model.tree is not None or options.estimator == "tree" or options.output == "margin":
+        space = shapley_trees.output_space(model, options.output)
+        custom = background is not None or options.masker is not None
+        reason = shapley_trees.why_not_tree(
+            model, space, options.index, options.max_order, custom
+        )
+        if options.estimator == "tree" and reason is not None:
+            raise OptionError(reason)
+        if options.estimator in ("auto", "tree") and reason is None:
+            return _tree_result(model, inputs, options, target)
+        if model.tree is not None and options.estimator == "auto" and reason is not None:
+            warnings.append(f"not TreeSHAP: {reason}")
     if isinstance(model, TextModel):
         if background is not None:
             raise OptionError("text models take no background: absent words are deleted or masked")
@@ -268,11 +294,29 @@ def explain(
     if options.index != "API":
         echo.pop("api_variant")
     additive = options.index in interactions.EFFICIENT
-    meta = {}
+    meta: dict[str, Any] = {"warnings": warnings} if warnings else {}
     if background is not None:
         outputs = sorted({e.output_index for e in explanations})
         meta["background_audit"] = _audit(model, background, outputs, seed)
     return ExplainResult(tuple(explanations), plan.names, echo, plan.budget, additive, meta)
+
+
+def _tree_result(
+    model: Model, inputs: np.ndarray, options: ShapleyOptions, target: int | None
+) -> ExplainResult:
+    """Exact TreeSHAP by the booster's own library (path-dependent, in the raw margin)."""
+    explanations = shapley_trees.tree_explanations(model, inputs, options.index, target)
+    echo = options.model_dump(exclude={"players", "absence", "patch_size", "api_variant"})
+    echo.update(estimator="tree", output="margin", masker=shapley_trees.PATH_DEPENDENT)
+    if options.index == "SV":
+        echo.pop("max_order")
+    return ExplainResult(
+        tuple(explanations),
+        tuple(model.feature_names),
+        echo,
+        budget=1,
+        additive=options.index == "SV",
+    )
 
 
 def _audit(

@@ -54,7 +54,8 @@ class UniOptions(BaseModel):
     epsilon_units: Literal["auto", "input", "std"] = Field(
         "auto",
         description="input: epsilon in input units; std: per feature, times the background's "
-        "standard deviation; auto: input for images, std for tabular models",
+        "standard deviation; auto: input for images and for tabular models without background "
+        "rows, std otherwise",
     )
     norm: Literal["linf", "l2"] = Field("linf", description="norm of the ball")
     pgd_steps: int = Field(10, ge=0, le=1000, description="projected gradient steps T")
@@ -155,11 +156,11 @@ def match_baseline(
 def _epsilon(model: Model, options: UniOptions, background: np.ndarray | None) -> np.ndarray:
     """Per-feature radius [*shape]."""
     units = options.epsilon_units
-    if units == "auto":
-        units = "input" if model.modality == "image" else "std"
+    bg = background if background is not None else model.background
+    if units == "auto":  # per-feature scales need background rows; without them, input units
+        units = "input" if model.modality == "image" or bg is None else "std"
     if units == "input":
         return np.full(model.input_shape, options.epsilon)
-    bg = background if background is not None else model.background
     if bg is None:
         raise OptionError("epsilon_units 'std' needs background rows; send a background")
     std = bg.astype(np.float64).std(axis=0)
@@ -193,10 +194,11 @@ def explain(
     score = score_function(model, options.output)
     echo: dict[str, Any] = options.model_dump()
     echo["pgd_step_size"] = options.pgd_step_size or options.epsilon / 4
+    no_rows = background is None and model.background is None
     echo["epsilon_units"] = (
         options.epsilon_units
         if options.epsilon_units != "auto"
-        else ("input" if model.modality == "image" else "std")
+        else ("input" if model.modality == "image" or no_rows else "std")
     )
     eps_t = torch.tensor(eps, dtype=torch.float32)[None]
     explanations = []

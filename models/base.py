@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,6 +33,46 @@ def weights_hash(module: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
+class TreeEnsemble(Protocol):
+    """A gradient-boosted tree model read by its own library (XGBoost, LightGBM).
+
+    Margins are the raw scores before the link: log-odds for binary classifiers (as two columns,
+    [-m, m]: each class's log-odds), one score per class for multiclass, the prediction itself for
+    regressors. Contributions are the library's own path-dependent TreeSHAP.
+    """
+
+    library: str
+    has_interactions: bool  # the library computes SHAP interaction values
+
+    def margin(self, x: np.ndarray) -> np.ndarray:
+        """float32 [m, n_features] -> float64 [m, k] raw margins."""
+        ...
+
+    def contributions(self, x: np.ndarray) -> np.ndarray:
+        """-> float64 [m, k, n_features + 1]: TreeSHAP values, the expected margin last."""
+        ...
+
+    def interactions(self, x: np.ndarray) -> np.ndarray | None:
+        """-> float64 [m, k, n + 1, n + 1] SHAP interaction values, or None when the library
+        has none."""
+        ...
+
+
+class FunctionModule(torch.nn.Module):
+    """A black box as a module: a numpy function of float32 rows [m, ...] -> float [m, k].
+
+    For models that another runtime evaluates (ONNX, boosters): no parameters, no gradients.
+    """
+
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fn(x.detach().numpy().astype(np.float32, copy=False))
+        return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+
 @dataclass(frozen=True)
 class Model:
     """A loaded model: `predict` maps its native inputs (float32 [m, *input_shape]) to [m, k]."""
@@ -51,6 +91,10 @@ class Model:
     version: str = ""  # filled from the weights when empty
     info: dict[str, Any] = field(default_factory=dict)  # provenance: dataset, seed, metrics
     reference: np.ndarray | None = None  # [rows, *input_shape] data the model's users send
+    # Capabilities, declared once; the catalog of usable explainers is derived from them.
+    differentiable: bool = True  # `module` gives input gradients (torch weights, not a black box)
+    input_range: tuple[float, float] | None = None  # valid input values, e.g. (0, 1) for images
+    tree: TreeEnsemble | None = None  # exact TreeSHAP through the booster's own library
 
     def __post_init__(self) -> None:
         if not self.version:
@@ -68,7 +112,9 @@ class Model:
         """Batched forward pass without gradients; chunks of `batch_size` rows."""
         x = np.ascontiguousarray(x, dtype=np.float32).reshape((-1, *self.input_shape))
         out = np.empty((x.shape[0], self.n_outputs), dtype=np.float32)
-        with torch.inference_mode():
+        # no_grad, not inference_mode: a TorchScript module may keep constants it built on its
+        # first call, and inference tensors cannot be saved for a later backward pass.
+        with torch.no_grad():
             for start in range(0, x.shape[0], self.batch_size):
                 chunk = torch.from_numpy(x[start : start + self.batch_size])
                 out[start : start + chunk.shape[0]] = (

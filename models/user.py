@@ -1,5 +1,8 @@
-"""User-registered models: TorchScript uploads (never unpickled) and remote OIP endpoints,
-persisted on disk so they survive restarts."""
+"""User-registered models: built from a stored declaration and files, never unpickled.
+
+Formats: TorchScript (torch.jit.load), ONNX (onnxruntime), XGBoost JSON/UBJSON and LightGBM
+text boosters (their own loaders), and remote Open Inference Protocol endpoints.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +10,17 @@ import hashlib
 import io
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import torch
 
 from models.base import Model, ModelError
+from models.remote import RemoteModule
+
+FORMATS = ("torchscript", "onnx", "xgboost", "lightgbm", "remote")
 
 
 class InvalidModelError(ModelError):
@@ -32,6 +37,11 @@ class Declaration:
     input_shape: tuple[int, ...]
     output_names: tuple[str, ...]
     feature_names: tuple[str, ...]
+    format: str = "torchscript"
+    input_range: tuple[float, float] | None = None
+    onnx_output: str | None = None
+    remote_url: str | None = None
+    remote_output: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -41,10 +51,33 @@ class Declaration:
             "input_shape": list(self.input_shape),
             "output_names": list(self.output_names),
             "feature_names": list(self.feature_names),
+            "format": self.format,
+            "input_range": None if self.input_range is None else list(self.input_range),
+            "onnx_output": self.onnx_output,
+            "remote_url": self.remote_url,
+            "remote_output": self.remote_output,
         }
 
+    @classmethod
+    def from_dict(cls, meta: dict[str, Any]) -> Declaration:
+        fmt = meta.get("format") or ("remote" if meta.get("remote_url") else "torchscript")
+        low_high = meta.get("input_range")
+        return cls(
+            name=meta["name"],
+            modality=meta["modality"],
+            task=meta["task"],
+            input_shape=tuple(meta["input_shape"]),
+            output_names=tuple(meta["output_names"]),
+            feature_names=tuple(meta["feature_names"]),
+            format=fmt,
+            input_range=None if low_high is None else (float(low_high[0]), float(low_high[1])),
+            onnx_output=meta.get("onnx_output"),
+            remote_url=meta.get("remote_url"),
+            remote_output=meta.get("remote_output"),
+        )
 
-def _model(decl: Declaration, module: torch.nn.Module, version: str, platform: str) -> Model:
+
+def _model(decl: Declaration, module: torch.nn.Module, version: str, **extra: Any) -> Model:
     return Model(
         name=decl.name,
         modality=decl.modality,
@@ -54,16 +87,19 @@ def _model(decl: Declaration, module: torch.nn.Module, version: str, platform: s
         output_names=decl.output_names,
         module=module,
         version=version,
-        platform=platform,
-        info={"source": platform},
+        platform=decl.format,
+        info={"source": decl.format},
+        input_range=decl.input_range,
+        **extra,
     )
 
 
-def _check(model: Model) -> Model:
-    """A forward pass on two zero rows must give finite [2, k] outputs."""
+def check_forward(model: Model) -> Model:
+    """A forward pass on two rows inside the input range must give finite [2, k] outputs."""
+    low = 0.0 if model.input_range is None else model.input_range[0]
     try:
-        with torch.inference_mode():  # the module itself: predict would broadcast a mismatch
-            out = model.module(torch.zeros((2, *model.input_shape))).numpy()
+        with torch.no_grad():  # the module itself: predict would broadcast a mismatch
+            out = model.module(torch.full((2, *model.input_shape), low)).numpy()
     except Exception as exc:
         raise InvalidModelError(
             f"test forward pass on shape {[2, *model.input_shape]} failed: {exc}"
@@ -76,69 +112,126 @@ def _check(model: Model) -> Model:
     return model
 
 
-def torchscript_model(decl: Declaration, data: bytes) -> Model:
-    """Load a TorchScript archive (torch.jit.load: no pickle) and check it."""
+def content_version(data: bytes, decl: Declaration) -> str:
+    """A model version: hash of its file and of the declaration that gives it meaning."""
+    h = hashlib.sha256(data)
+    h.update(json.dumps({**decl.as_dict(), "name": None}, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _torchscript(decl: Declaration, data: bytes, version: str) -> Model:
     try:
         module = torch.jit.load(io.BytesIO(data), map_location="cpu")
     except Exception as exc:
         raise InvalidModelError(f"not a TorchScript archive (torch.jit.save): {exc}") from None
     module.eval()
-    version = hashlib.sha256(data).hexdigest()[:16]
-    return _check(_model(decl, module, version, "torchscript"))
+    return _model(decl, module, version)
 
 
-class _RemoteModule(torch.nn.Module):
-    """Forwards rows to an Open Inference Protocol endpoint (a black box: no gradients)."""
-
-    def __init__(self, url: str, timeout_s: float) -> None:
-        super().__init__()
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        body = {
-            "inputs": [
-                {
-                    "name": "input",
-                    "shape": list(x.shape),
-                    "datatype": "FP32",
-                    "data": x.reshape(-1).tolist(),
-                }
-            ]
-        }
-        try:
-            r = httpx.post(f"{self.url}/infer", json=body, timeout=self.timeout_s)
-            r.raise_for_status()
-            out = r.json()["outputs"][0]
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-            raise InvalidModelError(f"remote model {self.url} failed: {exc}") from None
-        return torch.tensor(out["data"], dtype=torch.float32).reshape(out["shape"])
-
-
-def remote_model(decl: Declaration, url: str, timeout_s: float = 30.0) -> Model:
+def _remote(decl: Declaration, version: str) -> Model:
+    url = decl.remote_url or ""
     if not url.startswith(("http://", "https://")):
         raise InvalidModelError("remote_url must be an http(s) URL of an OIP model")
-    version = hashlib.sha256(json.dumps([url, decl.as_dict()]).encode()).hexdigest()[:16]
-    return _check(_model(decl, _RemoteModule(url, timeout_s), version, "remote"))
+    return _model(decl, RemoteModule(url, 30.0, decl.remote_output), version, differentiable=False)
+
+
+def _onnx(decl: Declaration, data: bytes, version: str) -> Model:
+    from models.onnx import onnx_module
+
+    return _model(decl, onnx_module(data, decl), version, differentiable=False)
+
+
+def _booster(decl: Declaration, data: bytes, version: str) -> Model:
+    from models.trees import booster_module
+
+    module, tree = booster_module(data, decl)
+    return _model(decl, module, version, differentiable=False, tree=tree)
+
+
+def load_background(data: bytes, decl: Declaration) -> np.ndarray:
+    """A stored background: .npy (never pickled) or CSV with a header of feature names."""
+    size = int(np.prod(decl.input_shape))
+    if data[:6] == b"\x93NUMPY":
+        try:
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except ValueError as exc:
+            raise InvalidModelError(f"background .npy: {exc}") from None
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise InvalidModelError("background must be a .npy array or a UTF-8 CSV") from None
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            raise InvalidModelError("background CSV needs a header and at least one row")
+        header = [h.strip().strip('"') for h in lines[0].split(",")]
+        if header != list(decl.feature_names):
+            raise InvalidModelError(
+                f"background CSV header must be the feature names {list(decl.feature_names)}"
+            )
+        try:
+            arr = np.array([[float(v) for v in ln.split(",")] for ln in lines[1:]])
+        except ValueError:
+            raise InvalidModelError("background CSV rows must be numbers") from None
+    if arr.dtype.kind not in "fiub" or arr.size == 0 or arr.size % size:
+        raise InvalidModelError(f"background needs rows of {size} numbers")
+    arr = arr.astype(np.float32).reshape(-1, *decl.input_shape)
+    if not np.all(np.isfinite(arr)):
+        raise InvalidModelError("background must be finite (no NaN or infinity)")
+    return arr
+
+
+def build_model(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
+    """A Model from a stored declaration (`Declaration.as_dict()` plus "version") and its
+    files: "model" (the uploaded file; absent for remote models), "background" (optional)."""
+    decl = Declaration.from_dict(meta)
+    data = files.get("model", b"")
+    version = meta.get("version") or content_version(data, decl)
+    builders = {
+        "torchscript": lambda: _torchscript(decl, data, version),
+        "onnx": lambda: _onnx(decl, data, version),
+        "xgboost": lambda: _booster(decl, data, version),
+        "lightgbm": lambda: _booster(decl, data, version),
+        "remote": lambda: _remote(decl, version),
+    }
+    if decl.format not in builders:
+        raise InvalidModelError(f"format must be one of {list(FORMATS)}")
+    model = builders[decl.format]()
+    if "background" in files:
+        bg = load_background(files["background"], decl)
+        info = {"source": "registered", "rows": len(bg)}
+        model = replace(model, background=bg, background_info=info, version=model.version)
+    return model
+
+
+def register(decl: Declaration, files: dict[str, bytes]) -> tuple[Model, dict[str, Any]]:
+    """Build and check a new registration; (the model, the meta to store with its files)."""
+    meta = decl.as_dict()
+    data = files.get("model", b"")
+    if decl.format == "remote":
+        data = json.dumps([decl.remote_url]).encode()
+    h = hashlib.sha256(data + files.get("background", b""))
+    h.update(json.dumps({**meta, "name": None}, sort_keys=True).encode())
+    meta["version"] = h.hexdigest()[:16]
+    return check_forward(build_model(meta, files)), meta
 
 
 class UserModelStore:
-    """root/<name>/meta.json plus root/<name>/<version>.pt for uploads."""
+    """root/<name>/meta.json plus root/<name>/<version>.<file> for the stored files."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def save(self, model: Model, decl: Declaration, data: bytes | None, url: str | None) -> None:
-        folder = self.root / model.name
+    def save(self, meta: dict[str, Any], files: dict[str, bytes]) -> None:
+        folder = self.root / meta["name"]
         folder.mkdir(parents=True, exist_ok=True)
-        if data is not None:
-            (folder / f"{model.version}.pt").write_bytes(data)
-        meta = {**decl.as_dict(), "version": model.version, "remote_url": url}
+        for key, blob in files.items():
+            (folder / f"{meta['version']}.{key}").write_bytes(blob)
         tmp = folder / "meta.json.tmp"
         tmp.write_text(json.dumps(meta))
         tmp.replace(folder / "meta.json")
-        for old in folder.glob("*.pt"):
-            if old.stem != model.version:
+        for old in folder.iterdir():
+            if old.name != "meta.json" and not old.name.startswith(meta["version"] + "."):
                 old.unlink()
 
     def remove(self, name: str) -> None:
@@ -149,26 +242,16 @@ class UserModelStore:
         models, errors = [], {}
         for meta_file in sorted(self.root.glob("*/meta.json")):
             try:
-                models.append(self._load(meta_file))
+                meta = json.loads(meta_file.read_text())
+                prefix = meta["version"] + "."
+                files = {
+                    f.name.removeprefix(prefix): f.read_bytes()
+                    for f in meta_file.parent.iterdir()
+                    if f.name.startswith(prefix)
+                }
+                if "pt" in files:  # the earlier layout: <version>.pt
+                    files["model"] = files.pop("pt")
+                models.append(build_model(meta, files))
             except Exception as exc:
                 errors[meta_file.parent.name] = f"{type(exc).__name__}: {exc}"
         return models, errors
-
-    def _load(self, meta_file: Path) -> Model:
-        meta = json.loads(meta_file.read_text())
-        decl = Declaration(
-            meta["name"],
-            meta["modality"],
-            meta["task"],
-            tuple(meta["input_shape"]),
-            tuple(meta["output_names"]),
-            tuple(meta["feature_names"]),
-        )
-        if meta["remote_url"]:
-            version = hashlib.sha256(
-                json.dumps([meta["remote_url"], decl.as_dict()]).encode()
-            ).hexdigest()[:16]
-            return _model(decl, _RemoteModule(meta["remote_url"], 30.0), version, "remote")
-        data = (meta_file.parent / f"{meta['version']}.pt").read_bytes()
-        module = torch.jit.load(io.BytesIO(data), map_location="cpu").eval()
-        return _model(decl, module, meta["version"], "torchscript")

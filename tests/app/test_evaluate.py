@@ -141,7 +141,7 @@ def test_refusals(client: TestClient, registry: ModelRegistry, images: list[Any]
     digits = registry.get("digits-cnn")
     remote = Model(
         "remote-digits", "image", "classification", digits.input_shape, digits.feature_names,
-        digits.output_names, digits.module, platform="remote",
+        digits.output_names, digits.module, platform="remote", differentiable=False,
     )  # fmt: skip
     registry.register(remote)
     try:

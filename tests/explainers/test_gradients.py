@@ -177,7 +177,8 @@ def test_bad_options_and_models(digits: Model, digit_images: np.ndarray) -> None
     with pytest.raises(BudgetError):
         explain(digits, digit_images, options=IntegratedGradientsOptions(), budget=10)
     remote = Model(
-        "r", "tabular", "regression", (3,), ("a", "b", "c"), ("y",), lin.module, platform="remote"
+        "r", "tabular", "regression", (3,), ("a", "b", "c"), ("y",), lin.module, platform="remote",
+        differentiable=False,
     )
     with pytest.raises(NotDifferentiableError):
         explain(remote, x, options=IntegratedGradientsOptions())

@@ -91,7 +91,7 @@ def test_refusals(model_dir: Path, digits: Model, images: np.ndarray) -> None:
         explain(digits, images[:1], options=UniOptions(clip_min=1.0, clip_max=0.0))
     remote = Model(
         "remote", "image", "classification", (1, 8, 8), digits.feature_names,
-        digits.output_names, torch.nn.Identity(), platform="remote",
+        digits.output_names, torch.nn.Identity(), platform="remote", differentiable=False,
     )  # fmt: skip
     with pytest.raises(NotDifferentiableError):
         explain(remote, images[:1], options=UniOptions())
