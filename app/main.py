@@ -24,7 +24,7 @@ from app.routes import add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
-from models.user import UserModelStore
+from models.store import ModelStore
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +134,11 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.state.service = service
     app.state.jobs = jobs
     app.state.queue = queue
-    app.state.user_models = UserModelStore(settings.user_model_dir)
-    stored, broken = app.state.user_models.load_all()
-    for model in stored:  # registered models survive restarts
-        registry.register(model)
-    for name, reason in broken.items():
-        log.error("registered model %s could not be loaded: %s", name, reason)
+    # Registered models live in the database every process shares; the folder caches files.
+    app.state.user_models = ModelStore(settings.database_url, settings.user_model_dir)
+    for name in app.state.user_models.import_folders(settings.user_model_dir):
+        log.info("registered model %s imported from the folder layout", name)
+    registry.use_store(app.state.user_models)
     app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
     app.state.io_limiter = anyio.CapacityLimiter(settings.io_workers)
     app.state.pending_explains = 0  # explanations queued or running (bounded: 503 beyond)

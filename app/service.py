@@ -249,7 +249,9 @@ class ExplainService:
         if not isinstance(options, SalvageOptions):
             return options
         try:
-            return options.pinned(SalvageStore(self.settings.model_dir / "salvage"), model)
+            return options.pinned(
+                SalvageStore(self.settings.model_dir / "salvage", self.registry.store), model
+            )
         except NotTrainedError as exc:
             body = json.dumps({"kind": "train-salvage", "model": model.name})
             raise ApiError(

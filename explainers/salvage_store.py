@@ -1,14 +1,17 @@
-"""Salvage artifacts on disk, and the `salvage` explainer that answers from them.
+"""Salvage artifacts in the model store, and the `salvage` explainer that answers from them.
 
-An artifact is a trained surrogate and explainer (explainers/salvage.py), stored under
-`root/<model>/<model version>/<config hash>/` as `weights.pt` (state dicts, loaded with
-`weights_only=True`) and `meta.json`. Artifacts of other model versions are never used, so
-re-registering a model invalidates them; they survive restarts. Naouar et al. (ICLR 2025).
+An artifact is a trained surrogate and explainer (explainers/salvage.py) of one model version and
+training configuration: its state dicts (`weights.pt`, loaded with `weights_only=True`) and a
+record (`meta.json`). With a `ModelStore` the artifacts live in the database every process shares
+and `root/<model>/<model version>/<config hash>/` is this process's cache of them; without one,
+that folder holds them. Artifacts of other model versions are never used, so re-registering a
+model invalidates them; they survive restarts. Naouar et al. (ICLR 2025).
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import re
@@ -18,7 +21,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -30,7 +33,11 @@ from explainers.games import ExplainerError
 from explainers.maskers import patch_groups
 from models.base import Model
 
+if TYPE_CHECKING:
+    from models.store import ModelStore
+
 VERSION = "1"
+KIND = "salvage"  # the artifact kind in the model store
 
 
 class NotTrainedError(ExplainerError):
@@ -55,16 +62,22 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def _info(raw: dict[str, Any]) -> ArtifactInfo:
+    return ArtifactInfo(**{**raw, "history": tuple(raw["history"])})
+
+
 class SalvageStore:
-    """Artifacts under one root folder; writes are atomic (a folder rename)."""
+    """Artifacts in `db` (shared by every process) cached under `root`, or under `root` alone;
+    folder writes are atomic (a folder rename)."""
 
     # Loaded networks, shared by every store in the process (artifacts never change in place).
     _loaded: ClassVar[OrderedDict[tuple[str, float], salvage.Trained]] = OrderedDict()
     _lock: ClassVar[threading.Lock] = threading.Lock()
     max_loaded = 8
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, db: ModelStore | None = None) -> None:
         self.root = root
+        self.db = db
 
     def _dir(self, model: str, version: str, artifact: str = "") -> Path:
         path = self.root / _safe(model) / _safe(version)
@@ -82,44 +95,96 @@ class SalvageStore:
             time.time(),
             trained.data_id,
         )
-        final = self._dir(model.name, model.version, info.id)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".tmp-{info.id}-{os.getpid()}-{threading.get_ident()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        state = {
+            "surrogate": trained.surrogate.state_dict(),
+            "explainer": trained.explainer.state_dict(),
+            "empty_logp": torch.from_numpy(trained.empty_logp),
+        }
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        meta = dict(info.__dict__)
+        if self.db is not None:
+            self.db.put_artifact(KIND, model.name, model.version, info.id, meta, buf.getvalue())
+        self._write_local(meta, buf.getvalue())
+        return info
+
+    def _write_local(self, meta: dict[str, Any], weights: bytes) -> None:
+        final = self._dir(meta["model_name"], meta["model_version"], meta["id"])
+        tmp = final.parent / f".tmp-{meta['id']}-{os.getpid()}-{threading.get_ident()}"
         try:
-            state = {
-                "surrogate": trained.surrogate.state_dict(),
-                "explainer": trained.explainer.state_dict(),
-                "empty_logp": torch.from_numpy(trained.empty_logp),
-            }
-            torch.save(state, tmp / "weights.pt")
-            meta = dict(info.__dict__)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            (tmp / "weights.pt").write_bytes(weights)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             if final.exists():  # the same configuration again: keep the newer one
                 shutil.rmtree(final)
             os.replace(tmp, final)
+        except OSError:
+            if self.db is None:
+                raise
+            # Only the cache: the database holds the artifact.
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return info
 
-    def info(self, model: str, version: str, artifact: str) -> ArtifactInfo | None:
+    def _local_info(self, model: str, version: str, artifact: str) -> ArtifactInfo | None:
         meta = self._dir(model, version, artifact) / "meta.json"
         try:
-            raw = json.loads(meta.read_text())
-        except (OSError, ValueError):
+            return _info(json.loads(meta.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        return ArtifactInfo(**{**raw, "history": tuple(raw["history"])})
 
-    def list(self, model: str, version: str) -> list[ArtifactInfo]:
-        """Artifacts of one model version, newest first."""
+    def _local_list(self, model: str, version: str) -> list[ArtifactInfo]:
         folder = self._dir(model, version)
         found = [
-            self.info(model, version, p.name)
+            self._local_info(model, version, p.name)
             for p in (sorted(folder.iterdir()) if folder.is_dir() else [])
             if not p.name.startswith(".")
         ]
-        return sorted((i for i in found if i is not None), key=lambda i: -i.created_at)
+        return [i for i in found if i is not None]
+
+    def info(self, model: str, version: str, artifact: str) -> ArtifactInfo | None:
+        if self.db is None:
+            return self._local_info(model, version, artifact)
+        raw = self.db.artifact_meta(KIND, model, version, artifact)
+        return None if raw is None else _info(raw)
+
+    def list(self, model: str, version: str) -> list[ArtifactInfo]:
+        """Artifacts of one model version, newest first."""
+        if self.db is None:
+            found = self._local_list(model, version)
+        else:
+            found = [_info(raw) for raw in self.db.artifacts(KIND, model, version).values()]
+            known = {i.id for i in found}
+            for local in self._local_list(model, version):
+                if local.id not in known:  # stored by a release that kept them on disk only
+                    weights = self._dir(model, version, local.id) / "weights.pt"
+                    try:
+                        data = weights.read_bytes()
+                    except OSError:
+                        continue
+                    self.db.put_artifact(KIND, model, version, local.id, local.__dict__, data)
+                    found.append(local)
+        return sorted(found, key=lambda i: -i.created_at)
+
+    def _weights(self, info: ArtifactInfo) -> dict[str, Any]:
+        """The state dicts: from the cache folder if it holds this very artifact, else from
+        the database (then cached)."""
+        path = self._dir(info.model_name, info.model_version, info.id) / "weights.pt"
+        local = self._local_info(info.model_name, info.model_version, info.id)
+        if self.db is None or (local is not None and local.created_at == info.created_at):
+            try:
+                return dict(torch.load(path, map_location="cpu", weights_only=True))
+            except Exception:
+                if self.db is None:
+                    raise
+                # A missing or damaged cache file: read the database again.
+        found = self.db.get_artifact(KIND, info.model_name, info.model_version, info.id)
+        if found is None:
+            raise NotTrainedError(f"no Salvage artifact {info.id!r} for {info.model_name}")
+        meta, data = found
+        self._write_local(meta, data)
+        return dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
 
     def load(self, model: Model, artifact: str) -> salvage.Trained:
         """The trained networks of an artifact (kept in a small in-process LRU)."""
@@ -132,8 +197,7 @@ class SalvageStore:
                 self._loaded.move_to_end(key)
                 return self._loaded[key]
         opts = salvage.SalvageTrainOptions(**info.config)
-        path = self._dir(model.name, model.version, artifact) / "weights.pt"
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = self._weights(info)
         surrogate = copy.deepcopy(model.module)
         surrogate.load_state_dict(state["surrogate"])
         surrogate.eval()
@@ -176,7 +240,7 @@ class SalvageOptions(BaseModel):
     sampler: Literal["informed", "kernel", "uniform"] | None = Field(
         None, description="pick the newest artifact trained with this sampler"
     )
-    _root: Path | None = PrivateAttr(None)
+    _store: SalvageStore | None = PrivateAttr(None)
 
     def pinned(self, store: SalvageStore, model: Model) -> SalvageOptions:
         """These options bound to the artifact they select (raises NotTrainedError)."""
@@ -201,7 +265,7 @@ class SalvageOptions(BaseModel):
                 "sampler": chosen.config["sampler"],
             }
         )
-        out._root = store.root
+        out._store = store
         return out
 
 
@@ -219,9 +283,9 @@ def explain(
     del seed, budget  # deterministic, and the cost is fixed
     if background is not None:
         raise OptionError("salvage takes no background: absent patches are zeroed")
-    if options._root is None or options.artifact is None:
+    store = options._store
+    if store is None or options.artifact is None:
         raise NotTrainedError("salvage options are not bound to a trained artifact")
-    store = SalvageStore(options._root)
     trained = store.load(model, options.artifact)
     out = salvage.amortized(trained, inputs)
     if target is not None and not 0 <= target < model.n_outputs:

@@ -152,7 +152,7 @@ def test_refusals(client: TestClient, registry: ModelRegistry, images: list[Any]
         registry.unregister("remote-digits")
     diabetes = {"inputs": [[0.0] * 10]}
     assert post(client, "/v2/models/diabetes-mlp/explain/uni", diabetes, 400)["code"] == (
-        "invalid_option"
+        "needs_classifier"
     )
 
 
