@@ -9,6 +9,7 @@ and outputs of any numeric datatype (FP64 probabilities, INT64 labels) read back
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import httpx
@@ -60,6 +61,8 @@ class RemoteModule(torch.nn.Module):
         with self._lock:
             if self._client is None:
                 self._client = httpx.Client(timeout=self.timeout_s)
+                # A re-registered or deleted model drops its module: its sockets close with it.
+                weakref.finalize(self, self._client.close)
             return self._client
 
     def close(self) -> None:
