@@ -8,6 +8,10 @@ are trained here with a fixed seed and saved with joblib; MLServer loads them in
 Use `mlserver_peer(folder)` as a context manager, or the `mlserver` fixture (module scope):
 
     from tests.peers_mlserver import mlserver  # noqa: F401  (a fixture)
+
+Start it before the app under test (make the app's fixture depend on it): it trains with
+scikit-learn, and a first import of sklearn racing one in the app's start-up threads can fail
+with a circular-import error.
 """
 
 from __future__ import annotations
