@@ -19,6 +19,7 @@ from explainers.registry import UnknownExplainerError, UnsupportedModelError
 from models.base import ModelNotReadyError, UnknownModelError
 
 log = logging.getLogger(__name__)
+DETAIL_BYTES = 200  # how much of a binary body a validation error echoes
 
 
 class ErrorBody(BaseModel):
@@ -136,8 +137,29 @@ def _body(
 ) -> JSONResponse:
     content: dict[str, Any] = {"error": message, "code": code}
     if detail is not None:
-        content["detail"] = jsonable_encoder(detail)
+        try:  # an error handler must never fail: bytes and odd objects become text
+            content["detail"] = jsonable_encoder(detail, custom_encoder={bytes: _bytes_text})
+        except Exception:  # the detail is a courtesy; the answer must go out
+            log.warning("error detail not serialisable; dropped", exc_info=True)
     return JSONResponse(content, status_code=status, headers=headers)
+
+
+def _bytes_text(value: bytes) -> str:
+    """Bytes echoed in an error detail (a binary body): lossy text, bounded."""
+    text = value[:DETAIL_BYTES].decode("utf-8", errors="replace")
+    return text + ("..." if len(value) > DETAIL_BYTES else "")
+
+
+def _validation_errors(errors: Any) -> list[dict[str, Any]]:
+    """Pydantic's errors without `ctx` (may hold exceptions) and with bounded `input` echoes."""
+    out = []
+    for error in errors:
+        entry = {k: v for k, v in error.items() if k != "ctx"}
+        value = entry.get("input")
+        if isinstance(value, (bytes, bytearray)):
+            entry["input"] = _bytes_text(bytes(value))
+        out.append(entry)
+    return out
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -160,15 +182,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]
+        errors = _validation_errors(exc.errors())
         first = errors[0] if errors else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
         return _body(f"{where}: {first.get('msg', 'invalid')}", "validation_error", errors, 422)
 
     @app.exception_handler(ValidationError)
     async def pydantic_error(_: Request, exc: ValidationError) -> JSONResponse:
-        errors = [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]
-        return _body(str(exc.errors()[0]["msg"]), "validation_error", errors, 422)
+        errors = _validation_errors(exc.errors())
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        message = f"{where}: {first.get('msg', 'invalid')}" if where else first.get("msg", "")
+        return _body(message or "invalid", "validation_error", errors, 422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

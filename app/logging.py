@@ -23,6 +23,7 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 HEADER = b"x-request-id"
 SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")  # no spaces or quotes: safe in logs, headers
 access_log = logging.getLogger("app.access")
+INTERNAL_ERROR = b'{"error": "internal server error", "code": "internal_error"}'
 
 
 def current_request_id() -> str | None:
@@ -94,18 +95,41 @@ class RequestContext:
         request_id = presented if SANE_ID.match(presented) else uuid.uuid4().hex
         token = REQUEST_ID.set(request_id)
         status = 500
+        started = finished = False
         start = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started, finished
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                started = True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
                 message = {**message, "headers": [*headers, (HEADER, request_id.encode())]}
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                finished = True
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception:
+            # Answered here rather than by Starlette's ServerErrorMiddleware, which re-raises
+            # after its 500: the server then closes the keep-alive connection, and that 500
+            # would lack the request id. A half-sent answer can only end with the connection.
+            logging.getLogger(__name__).exception("unhandled error")
+            if not started:
+                await send_with_id(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(INTERNAL_ERROR)).encode()),
+                        ],
+                    }
+                )
+                await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
+            elif not finished:
+                raise
         finally:
             elapsed = time.perf_counter() - start
             route = _route(scope)

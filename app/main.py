@@ -20,6 +20,7 @@ from app.jobs.runner import JobContext
 from app.jobs.store import JobStore
 from app.logging import RequestContext
 from app.metrics import Metrics
+from app.oip import router as oip_router
 from app.routes import add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
@@ -144,6 +145,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.state.pending_explains = 0  # explanations queued or running (bounded: 503 beyond)
     errors.install(app)
     app.include_router(router)
+    app.include_router(oip_router)  # OIP readiness, /versions/{version} forms, infer
     app.include_router(job_routes.router)
     app.include_router(repository.router)
     app.include_router(evaluate.router)  # POST /v2/models/{model}/evaluate

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import numpy as np
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -17,25 +15,19 @@ from app.errors import (
     ERROR_RESPONSES,
     ApiError,
     GatewayTimeout,
-    InvalidInput,
     NotFound,
     Overloaded,
 )
-from app.inputs import to_array
 from app.schemas import (
     ExplainerInfo,
     ExplainRequestBase,
     ExplainResponse,
-    InferInput,
-    InferRequest,
-    InferResponse,
     ModelMetadata,
     ModelSummary,
     TensorMeta,
     request_model,
 )
 from app.service import ExplainService, Outcome, Prepared
-from explainers.rankshap import MAX_DOCUMENTS
 from explainers.registry import EXPLAINERS, ExplainerSpec, catalog
 from models.base import Model, RankerModel, TextModel
 
@@ -53,8 +45,8 @@ async def off_loop(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 @router.get("/v2/health/live", tags=["health"])
-async def live() -> dict[str, str]:
-    return {"status": "live"}
+async def live() -> dict[str, Any]:
+    return {"live": True, "status": "live"}  # OIP clients read `live`
 
 
 @router.get("/v2/health/ready", tags=["health"], responses={503: ERROR_RESPONSES[503]})
@@ -80,7 +72,11 @@ async def ready(request: Request) -> JSONResponse:
 
 @router.get("/v2", tags=["health"])
 async def server_metadata() -> dict[str, Any]:
-    return {"name": "attribution-service", "version": "0.1.0", "extensions": ["explain", "cache"]}
+    return {
+        "name": "attribution-service",
+        "version": "0.1.0",
+        "extensions": ["explain", "cache", "binary_tensor_data"],
+    }
 
 
 def _summary(svc: ExplainService, name: str, loading: bool) -> ModelSummary:
@@ -140,93 +136,6 @@ def metadata(model: Model) -> ModelMetadata:
 )
 async def model_metadata(request: Request, model: str) -> ModelMetadata:
     return metadata(await off_loop(request, service(request).model, model))
-
-
-def _texts(model: TextModel, tensor: InferInput, max_rows: int) -> np.ndarray:
-    """An OIP BYTES tensor of shape [m] (strings) -> str [m]."""
-    if tensor.datatype.upper() != "BYTES":
-        raise InvalidInput(f"{model.name} reads text: send datatype BYTES, not {tensor.datatype!r}")
-    if len(tensor.shape) != 1 or tensor.shape[0] != len(tensor.data):
-        raise InvalidInput(f"shape must be [{len(tensor.data)}] for {len(tensor.data)} strings")
-    if len(tensor.data) > max_rows:
-        raise ApiError("too many rows", code="payload_too_large")
-    return to_array(model, tensor.data, "inputs[0].data")
-
-
-def _rank(model: RankerModel, tensor: InferInput, parameters: dict[str, Any]) -> np.ndarray:
-    """Rankers: documents as a BYTES tensor [K], the query in parameters.query -> scores [K, 1]."""
-    query = parameters.get("query")
-    if not isinstance(query, str) or not query.strip() or len(query) > model.max_chars:
-        raise InvalidInput(
-            f"{model.name} scores documents for a query: send the documents as a BYTES tensor "
-            f"and the query (1 to {model.max_chars} characters) as parameters.query"
-        )
-    if tensor.datatype.upper() != "BYTES" or tensor.shape != [len(tensor.data)]:
-        raise InvalidInput(f"send the documents as a BYTES tensor of shape [{len(tensor.data)}]")
-    if not 1 <= len(tensor.data) <= MAX_DOCUMENTS:
-        raise InvalidInput(f"send 1 to {MAX_DOCUMENTS} documents")
-    for i, doc in enumerate(tensor.data):
-        if not isinstance(doc, str) or len(doc) > model.max_chars or "\x00" in doc:
-            raise InvalidInput(f"inputs[0].data[{i}]: a string of at most {model.max_chars} chars")
-    return model.score(query, tensor.data).astype(np.float32).reshape(-1, 1)
-
-
-def _infer(svc: ExplainService, name: str, req: InferRequest) -> dict[str, Any]:
-    model = svc.model(name)
-    tensor = req.inputs[0]
-    if isinstance(model, RankerModel):
-        return _infer_response(model, req, _rank(model, tensor, req.parameters or {}))
-    if isinstance(model, TextModel):
-        texts = _texts(model, tensor, svc.settings.max_instances * 100)
-        return _infer_response(model, req, model.predict(texts))
-    if tensor.datatype.upper() not in {"FP32", "FP64", "FP16", "INT32", "INT64", "INT8", "UINT8"}:
-        raise InvalidInput(f"unsupported datatype {tensor.datatype!r}")
-    try:
-        data = np.asarray(tensor.data, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InvalidInput("inputs[0].data must be numbers") from None
-    shape = list(tensor.shape)
-    if data.dtype == object or data.size != int(np.prod(shape)) or len(shape) < 1:
-        raise InvalidInput(
-            f"inputs[0].data has {data.size} values; shape {shape} needs {int(np.prod(shape))}"
-        )
-    if shape[1:] != list(model.input_shape) and int(np.prod(shape[1:])) != model.n_features:
-        raise InvalidInput(
-            f"shape must be [batch, {', '.join(map(str, model.input_shape))}], got {shape}"
-        )
-    if shape[0] > svc.settings.max_instances * 100:
-        raise ApiError("too many rows", code="payload_too_large")
-    if not np.all(np.isfinite(data)):
-        raise InvalidInput("inputs must be finite (no NaN or infinity)")
-    out = model.predict(data.reshape(shape[0], *model.input_shape))
-    return _infer_response(model, req, out)
-
-
-def _infer_response(model: Model, req: InferRequest, out: np.ndarray) -> dict[str, Any]:
-    return InferResponse(
-        model_name=model.name,
-        model_version=model.version,
-        id=req.id or uuid.uuid4().hex,
-        outputs=[
-            {
-                "name": "output",
-                "shape": list(out.shape),
-                "datatype": "FP32",
-                "data": out.reshape(-1).tolist(),
-            }
-        ],
-    ).model_dump()
-
-
-@router.post(
-    "/v2/models/{model}/infer",
-    tags=["models"],
-    response_model=InferResponse,
-    responses=ERROR_RESPONSES,
-)
-async def infer(request: Request, model: str, body: InferRequest) -> dict[str, Any]:
-    result: dict[str, Any] = await off_loop(request, _infer, service(request), model, body)
-    return result
 
 
 @router.get("/v2/explainers", tags=["explainers"], response_model=list[ExplainerInfo])

@@ -212,30 +212,55 @@ class ModelSummary(BaseModel):
     error: str | None = None
 
 
+# The protocol's $parameters: a dict of scalars (no nesting, no null).
+Parameters = dict[str, str | bool | int | float]
+
+
 class InferInput(BaseModel):
+    """One input tensor: `data` in JSON (flat or nested, row-major), or `binary_data_size`
+    bytes after the JSON header (binary tensor data extension)."""
+
     model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     name: str = "input"
     shape: list[int]
     datatype: str = "FP32"
-    data: list[Any]
-    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
+    parameters: Parameters | None = None
+
+
+class InferRequestedOutput(BaseModel):
+    """An output the caller wants; `parameters.binary_data: true` returns it as binary."""
+
+    model_config = ConfigDict(strict=True)
+    name: str
+    parameters: Parameters | None = None
 
 
 class InferRequest(BaseModel):
     """Open Inference Protocol inference request."""
-    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
 
+    model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     id: str | None = None
     inputs: list[InferInput] = Field(..., min_length=1, max_length=1)
-    parameters: dict[str, Any] | None = None
-    outputs: list[dict[str, Any]] | None = None
+    parameters: Parameters | None = Field(
+        None,
+        description="binary_data_output: true returns every output as binary; rankers read "
+        "their query from `query`",
+    )
+    outputs: list[InferRequestedOutput] | None = Field(
+        None, description="outputs to return (default: all); every model has one, `output`"
+    )
 
 
 class InferOutput(BaseModel):
+    """One output tensor: `data` in JSON, or `parameters.binary_data_size` bytes after the
+    JSON header (the response's Inference-Header-Content-Length says where it ends)."""
+
     name: str
     shape: list[int]
     datatype: str
-    data: list[float]
+    parameters: Parameters | None = None
+    data: list[float] | None = None
 
 
 class InferResponse(BaseModel):
