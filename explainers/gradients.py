@@ -122,7 +122,7 @@ def check_finite(values: np.ndarray, *scores: float) -> None:
 def scores_at(score: Score, x: np.ndarray, batch_size: int) -> np.ndarray:
     """Scores [m, k] without gradients."""
     parts = []
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: a TorchScript module could keep its tensors
         for start in range(0, x.shape[0], batch_size):
             chunk = torch.tensor(x[start : start + batch_size], dtype=torch.float32)
             parts.append(score(chunk).double().numpy())
