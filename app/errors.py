@@ -16,7 +16,8 @@ from starlette.routing import Match
 from explainers.games import BudgetError, ExplainerError
 from explainers.gradients import NotDifferentiableError
 from explainers.registry import UnknownExplainerError, UnsupportedModelError
-from models.base import ModelNotReadyError, UnknownModelError
+from models.base import ModelError, ModelNotReadyError, UnknownModelError
+from models.remote import RemoteModelError
 
 log = logging.getLogger(__name__)
 DETAIL_BYTES = 200  # how much of a binary body a validation error echoes
@@ -101,6 +102,8 @@ def from_library(exc: Exception) -> ApiError:
         return NotReady(str(exc), code="model_not_ready")
     if isinstance(exc, NotDifferentiableError):
         return Unprocessable(str(exc), code="not_differentiable")
+    if isinstance(exc, RemoteModelError):
+        return ApiError(str(exc), code="remote_model_error").with_status(502)
     if isinstance(exc, UnsupportedModelError):
         status = 422 if exc.code == "not_differentiable" else 400
         return ApiError(str(exc), code=exc.code).with_status(status)
@@ -108,6 +111,8 @@ def from_library(exc: Exception) -> ApiError:
         return ApiError(str(exc), code="budget_too_small")
     if isinstance(exc, ExplainerError):
         return ApiError(str(exc), code="invalid_option")
+    if isinstance(exc, ModelError):  # the model itself failed on these inputs
+        return Unprocessable(str(exc), code="model_error")
     raise exc
 
 
@@ -123,6 +128,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (422, "Request does not match the schema"),
         (429, "Rate limit exceeded (Retry-After says when to retry)"),
         (503, "Not ready, or overloaded (Retry-After)"),
+        (502, "A remote model's endpoint failed or answered something unusable"),
         (504, "timeout_ms passed before an answer (no partial estimate possible)"),
     ]
 }

@@ -84,6 +84,12 @@ def onnx_module(data: bytes, decl: Declaration) -> torch.nn.Module:
     name = first.name
 
     def run(x: np.ndarray) -> np.ndarray:
+        try:
+            return _run(x)
+        except Exception as exc:  # onnxruntime's own errors: the model failed on these rows
+            raise OnnxModelError(f"onnxruntime failed: {exc}") from None
+
+    def _run(x: np.ndarray) -> np.ndarray:
         rows = x.reshape((x.shape[0], *row_shape)).astype(dtype, copy=False)
         if fixed_batch is None:
             out = session.run([output], {name: rows})[0]

@@ -78,12 +78,12 @@ def test_torchscript_upload_explain_and_persist(
     e2 = app_client.post("/v2/models/linear-user/explain/shapley", json=body).json()
     assert e2["meta"]["cache"] == "miss"
     np.testing.assert_allclose(e2["data"]["explanations"][0]["values"], [2.0, 0, 0, 0], atol=1e-5)
-    # A restart (new app, same folder) still has the model, same version.
+    # A restart (new app, same database) still has the model, same version.
     settings = Settings(
         model_dir=model_dir,
         user_model_dir=tmp_path / "user",
         redis_url=None,
-        database_url=f"sqlite:///{tmp_path / 'jobs2.db'}",
+        database_url=f"sqlite:///{tmp_path / 'jobs.db'}",  # the models live there
     )
     with TestClient(create_app(settings, ModelRegistry(model_dir))) as again:
         assert again.get("/v2/models/linear-user").json()["versions"] == r2.json()["versions"]
