@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from explainers import salvage
 from explainers.salvage_store import SalvageOptions, SalvageStore, explain
 from models.base import Model, ModelNotReadyError, UnknownModelError
 from models.builtin import dataset_split, load_digits_cnn
 from models.registry import ModelRegistry
-from models.store import ModelStore
+from models.store import FileRow, ModelStore
 from models.user import Declaration, register
 from tests.app.test_jobs_celery import postgres_url  # noqa: F401 (a fixture)
 
@@ -95,11 +96,40 @@ def test_save_replace_remove(stores: tuple[ModelStore, ModelStore]) -> None:
     meta, files = a.load("lin")
     assert meta == meta2 and files == files2  # no background any more
     a.save({**meta1, "name": "other"}, files1)
-    assert set(b.current()) == {"lin", "other"}
+    remote = {**meta1, "name": "remote", "format": "remote", "remote_url": "http://h/v2/models/m"}
+    a.save(remote, {})  # a remote model has no files
+    assert b.load("remote") == (remote, {}) and b.load("remote") == (remote, {})
+    assert set(b.current()) == {"lin", "other", "remote"}
+    assert a.remove("remote")
     assert a.remove("lin") is True and a.remove("lin") is False
     assert b.current() == {"other": meta1["version"]}
     with pytest.raises(KeyError):
         b.load("lin")
+
+
+def test_concurrent_saves_leave_one_whole_version(url: str, tmp_path: Path) -> None:
+    """Processes registering one name at once: the last save wins whole, no stray files."""
+    regs = [registration("lin", [float(i), 1.0, 0.0, 0.0], b"a,b,c,d\n1,2,3,4\n") for i in range(6)]
+    stores = [ModelStore(url, tmp_path / f"cache-{i}") for i in range(3)]
+
+    def save_all(k: int) -> None:
+        for meta, files in regs[k::3]:
+            stores[k].save(meta, files)
+
+    threads = [threading.Thread(target=save_all, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    version = stores[0].current()["lin"]
+    meta, files = stores[1].load("lin")
+    assert meta["version"] == version
+    assert any(meta == m and files == f for m, f in regs)
+    with stores[0].session() as s:
+        rows = s.execute(select(FileRow.version, FileRow.key)).all()
+    assert sorted(rows) == [(version, "background"), (version, "model")]
+    for store in stores:
+        store.close()
 
 
 def test_files_are_read_from_the_database_once(
