@@ -112,9 +112,9 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
-            # Answered here rather than by Starlette's ServerErrorMiddleware, which re-raises
-            # after its 500: the server then closes the keep-alive connection, and that 500
-            # would lack the request id. A half-sent answer can only end with the connection.
+            # Answered here, with the request id, and not re-raised: Starlette's outer
+            # ServerErrorMiddleware re-raises to the server, which closes the connection of an
+            # answer already started. A half-sent answer can only end with the connection.
             logging.getLogger(__name__).exception("unhandled error")
             if not started:
                 await send_with_id(

@@ -390,3 +390,46 @@ def test_openapi_documents_the_oip_routes(http: httpx.Client) -> None:
         assert {"application/json", "application/octet-stream"} <= set(body)
         assert "inputs" in body["application/json"]["schema"]["properties"]
         assert "$ref" not in json.dumps(body)  # inlined: no dangling references
+
+
+def test_unhandled_error_keeps_the_connection(model_dir: Path) -> None:
+    """A route that fails unexpectedly (a test-only route on the real app, served by uvicorn)
+    answers a JSON 500 with the request id, and the keep-alive connection stays usable."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.conftest import free_port
+
+    settings = Settings(
+        model_dir=model_dir, redis_url=None, job_queue="inprocess", load_models_on_start=False
+    )
+    app = create_app(settings)
+
+    @app.get("/fails")
+    async def fails() -> None:
+        raise RuntimeError("a bug, not the client's doing")
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            r = http.get("/fails")
+            assert r.status_code == 500
+            assert r.json() == {"error": "internal server error", "code": "internal_error"}
+            assert len(r.headers["x-request-id"]) >= 16
+            ok = http.get("/v2/health/live")
+            assert ok.status_code == 200 and ok.json()["live"] is True
+            assert local_port(ok) == local_port(r)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
