@@ -75,6 +75,24 @@ def to_array(model: Model, items: list[Any], field: str) -> np.ndarray:
     return np.stack([_row(model, it, f"{field}[{i}]") for i, it in enumerate(items)])
 
 
+def check_range(model: Model, rows: np.ndarray, field: str) -> None:
+    """Values outside the model's declared input_range are a 400 (e.g. pixels 0-16, not 0-1)."""
+    if model.input_range is None or rows.dtype.kind not in "fiu" or rows.size == 0:
+        return
+    low, high = model.input_range
+    slack = 1e-6 * max(1.0, high - low)
+    outside = (rows < low - slack) | (rows > high + slack)
+    bad = np.flatnonzero(outside.reshape(len(rows), -1).any(axis=1))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidInput(
+            f"{field}[{i}]: values from {float(rows[i].min()):g} to {float(rows[i].max()):g} "
+            f"leave {model.name}'s input range [{low:g}, {high:g}]; rescale them (e.g. images "
+            "on a 0-255 or 0-16 scale to 0-1)",
+            code="out_of_range",
+        )
+
+
 def resolve_target(model: Model, target: int | str | None) -> int | None:
     """Output index from an index or output name; None keeps the explainer default."""
     if target is None:

@@ -15,7 +15,8 @@ from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, Payloa
 from app.routes import metadata
 from app.schemas import ModelMetadata
 from models.base import Model, ModelError
-from models.user import FORMATS, Declaration, UserModelStore
+from models.store import ModelStore
+from models.user import FORMATS, Declaration
 from models.user import register as register_model
 
 router = APIRouter(tags=["repository"])
@@ -192,7 +193,7 @@ async def register(
             raise InvalidInput(str(exc), code="invalid_model") from None
 
     model, meta = await anyio.to_thread.run_sync(build)
-    store: UserModelStore = state.user_models
+    store: ModelStore = state.user_models
     await anyio.to_thread.run_sync(lambda: store.save(meta, files))
     registry.register(model)
     return JSONResponse(metadata(model).model_dump(), status_code=201)

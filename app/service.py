@@ -21,7 +21,7 @@ from app.errors import (
     from_library,
 )
 from app.evaluate import attach_evaluation, split_evaluate
-from app.inputs import resolve_target, to_array
+from app.inputs import check_range, resolve_target, to_array
 from app.jobs.store import JobStore
 from app.logging import current_request_id
 from app.metrics import Metrics
@@ -146,6 +146,9 @@ class ExplainService:
             if not 1 <= len(req.background) <= s.max_background_rows:
                 raise PayloadTooLarge(f"background needs 1 to {s.max_background_rows} rows")
             background = to_array(model, req.background, "background")
+        check_range(model, inputs, "inputs")
+        if background is not None:
+            check_range(model, background, "background")
         target = resolve_target(model, req.target)
         params, evaluate = split_evaluate(spec, getattr(req, "parameters"))  # noqa: B009
         options = self._resolve_refs(model, params)

@@ -203,15 +203,21 @@ def blur(x: np.ndarray, sigma: float) -> np.ndarray:
 def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Low and high values of the inputs: per feature for tabular models, one pair for images.
 
-    From the background rows (the request's, else the model's); [0, 1] when there are none.
+    From the background rows (the request's, else the model's) within the model's input_range;
+    the input_range (else [0, 1]) when there are none.
     """
     bg = background if background is not None else model.background
+    valid = model.input_range or (0.0, 1.0)
     if bg is None:
-        return np.zeros(model.input_shape), np.ones(model.input_shape)
+        return np.full(model.input_shape, valid[0]), np.full(model.input_shape, valid[1])
     bg = bg.astype(np.float64)
     if model.modality == "image":
-        return np.full(model.input_shape, bg.min()), np.full(model.input_shape, bg.max())
-    return bg.min(axis=0), bg.max(axis=0)
+        low, high = np.full(model.input_shape, bg.min()), np.full(model.input_shape, bg.max())
+    else:
+        low, high = bg.min(axis=0), bg.max(axis=0)
+    if model.input_range is not None:  # noise references never leave the declared range
+        low, high = np.clip(low, *model.input_range), np.clip(high, *model.input_range)
+    return low, high
 
 
 class IntegratedGradientsOptions(BaseModel):

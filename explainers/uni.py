@@ -62,8 +62,12 @@ class UniOptions(BaseModel):
     pgd_step_size: float | None = Field(
         None, gt=0, description="PGD step alpha, in the units of epsilon; default epsilon / 4"
     )
-    clip_min: float | None = Field(None, description="lowest valid input value (e.g. 0 for pixels)")
-    clip_max: float | None = Field(None, description="highest valid input value")
+    clip_min: float | None = Field(
+        None, description="lowest valid input value; default: the model's input_range"
+    )
+    clip_max: float | None = Field(
+        None, description="highest valid input value; default: the model's input_range"
+    )
     ig_steps: int = Field(16, ge=1, le=1024, description="Riemann steps B from x' to x")
     method: Method = Field(
         "riemann_right", description="quadrature of the path; the paper's sum is riemann_right"
@@ -181,6 +185,14 @@ def explain(
     require_gradients(model)
     if model.task != "classification":
         raise OptionError("UNI unlearns a class (cross-entropy): it needs a classifier")
+    if model.input_range is not None:  # the baseline stays a valid input unless told otherwise
+        low, high = model.input_range
+        options = options.model_copy(
+            update={
+                "clip_min": low if options.clip_min is None else options.clip_min,
+                "clip_max": high if options.clip_max is None else options.clip_max,
+            }
+        )
     if (
         options.clip_min is not None
         and options.clip_max is not None

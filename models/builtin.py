@@ -405,6 +405,7 @@ def load_builtin(name: str, cache_dir: Path) -> Model:
         },
         batch_size=spec.batch_size,
         reference=split.x_train,
+        input_range=(0.0, 1.0) if spec.modality == "image" else None,
         info={
             "dataset": spec.description,
             "seed": cfg.seed,

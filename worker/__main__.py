@@ -13,6 +13,7 @@ from app.metrics import Heartbeat, Metrics
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
+from models.store import ModelStore
 from worker.celery_app import make_celery
 
 
@@ -33,7 +34,10 @@ def main() -> None:
         if settings.redis_url
         else MemoryCache(settings.cache_max_entries)
     )
-    registry = ModelRegistry(settings.model_dir)
+    # Registered models and Salvage artifacts come from the database every API process shares.
+    registry = ModelRegistry(
+        settings.model_dir, store=ModelStore(settings.database_url, settings.user_model_dir)
+    )
     store = JobStore(settings.database_url)
     service = ExplainService(settings, registry, cache, Metrics())
     service.jobs = store

@@ -274,3 +274,19 @@ def test_traced_classifier_lists_uni_and_answers_without_background(client: Test
     assert set(meta["explainers"]) == {"shapley", "integrated-gradients", "uni", "salvage"}
     out = explain(client, model.name, {"inputs": model.rows[:1].tolist()}, "uni")
     assert out["meta"]["parameters"]["epsilon_units"] == "input"
+
+
+def test_input_range_validates_and_clips(client: TestClient) -> None:
+    model = bm.torchscript_cnn("cnn-range")
+    register(client, model)
+    on_16 = (model.rows[:1] * 16).tolist()  # sklearn's digits scale, not the declared [0, 1]
+    err = explain(client, model.name, {"inputs": on_16}, status=400)
+    assert err["code"] == "out_of_range" and "[0, 1]" in err["error"]
+    body = {"inputs": model.rows[:1].tolist(), "background": on_16}
+    assert explain(client, model.name, body, status=400)["code"] == "out_of_range"
+    # UNI's PGD baseline stays inside the declared range, even with a wide epsilon ball.
+    body = {"inputs": model.rows[:1].tolist(), "parameters": {"epsilon": 3.0}}
+    out = explain(client, model.name, body, "uni")
+    assert out["meta"]["parameters"]["clip_min"] == 0 and out["meta"]["parameters"]["clip_max"] == 1
+    baseline = np.asarray(out["data"]["explanations"][0]["details"]["baseline"])
+    assert baseline.min() >= 0 and baseline.max() <= 1

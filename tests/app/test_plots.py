@@ -21,7 +21,7 @@ from PIL import Image
 matplotlib.use("Agg")
 
 ROW = [50, 1, 25.0, 90.0, 200, 100, 50, 4, 5.0, 90]
-DIGIT = [
+DIGIT_16 = [  # sklearn digits are on 0-16; the model reads 0-1
     [0, 0, 5, 13, 9, 1, 0, 0],
     [0, 0, 13, 15, 10, 15, 5, 0],
     [0, 3, 15, 2, 0, 11, 8, 0],
@@ -31,6 +31,7 @@ DIGIT = [
     [0, 2, 14, 5, 10, 12, 0, 0],
     [0, 0, 6, 13, 10, 0, 0, 0],
 ]
+DIGIT = [[v / 16 for v in row] for row in DIGIT_16]
 
 
 @cache
