@@ -68,8 +68,11 @@ def sklearn_onnx(name: str = "skl-onnx", task: str = "classification") -> UserMo
     from sklearn.preprocessing import StandardScaler
 
     x, y = tabular_data(task)
-    est = MLPClassifier((16,), max_iter=300, random_state=0) if task == "classification" else (
-        MLPRegressor((16,), max_iter=300, random_state=0)
+    size = (16,)
+    est = (
+        MLPClassifier(hidden_layer_sizes=size, max_iter=300, random_state=0)
+        if task == "classification"
+        else MLPRegressor(hidden_layer_sizes=size, max_iter=300, random_state=0)
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence warnings of a small fixed-seed fit
