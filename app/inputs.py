@@ -44,7 +44,7 @@ def _row(model: Model, item: Any, where: str) -> np.ndarray:
         raise InvalidInput(f"{where}: values must be finite (no NaN or infinity)")
     if np.any(np.abs(arr) > np.finfo(np.float32).max):
         raise InvalidInput(f"{where}: values exceed the float32 range")
-    return arr.astype(np.float32).reshape(model.input_shape)
+    return arr.astype(model.input_dtype).reshape(model.input_shape)
 
 
 def _text(model: TextModel, item: Any, where: str) -> str:
@@ -65,7 +65,8 @@ def _text(model: TextModel, item: Any, where: str) -> str:
 
 
 def to_array(model: Model, items: list[Any], field: str) -> np.ndarray:
-    """Instances -> float32 [m, *input_shape] (each a list, nested list or dict), or str [m]."""
+    """Instances -> [m, *input_shape] in the model's input dtype (float32 unless the model reads
+    float64), from lists, nested lists or dicts; or str [m] for text models."""
     if isinstance(model, TextModel):
         return np.array([_text(model, it, f"{field}[{i}]") for i, it in enumerate(items)], str)
     if any(isinstance(it, bool) for it in items):

@@ -293,7 +293,8 @@ def _rank(model: RankerModel, tensor: Tensor, parameters: dict[str, Any]) -> np.
 
 
 def _numbers(model: Model, tensor: Tensor, max_rows: int) -> np.ndarray:
-    """A numeric tensor [batch, *input_shape] (or [batch, n_features]) -> float32 rows."""
+    """A numeric tensor [batch, *input_shape] (or [batch, n_features]) -> rows in the model's
+    input dtype (float32, or float64 for models that read it, e.g. LightGBM)."""
     if tensor.datatype not in NUMERIC:
         raise InvalidInput(
             f"{tensor.where}: unsupported datatype {tensor.datatype!r}; send one of "
@@ -319,7 +320,7 @@ def _numbers(model: Model, tensor: Tensor, max_rows: int) -> np.ndarray:
         raise InvalidInput(f"{tensor.where}: values must be finite (no NaN or infinity)")
     if np.any(np.abs(data) > np.finfo(np.float32).max):
         raise InvalidInput(f"{tensor.where}: values exceed the float32 range")
-    return data.astype(np.float32).reshape(shape[0], *model.input_shape)
+    return data.astype(model.input_dtype).reshape(shape[0], *model.input_shape)
 
 
 def _requested(req: InferRequest) -> list[tuple[str, bool]]:

@@ -195,7 +195,7 @@ async def register(
     model, meta = await anyio.to_thread.run_sync(build)
     store: ModelStore = state.user_models
     await anyio.to_thread.run_sync(lambda: store.save(meta, files))
-    registry.register(model)
+    await anyio.to_thread.run_sync(registry.register, model)  # one store query: off the loop
     return JSONResponse(metadata(model).model_dump(), status_code=201)
 
 
@@ -207,7 +207,7 @@ async def unregister(request: Request, model: str) -> Response:
     if model in registry.builtin_names():
         raise ApiError(f"{model!r} is a built-in model", code="conflict").with_status(409)
     try:
-        registry.unregister(model)
+        await anyio.to_thread.run_sync(registry.unregister, model)
     except KeyError:
         raise NotFound(f"unknown model {model!r}", code="unknown_model") from None
     await anyio.to_thread.run_sync(state.user_models.remove, model)

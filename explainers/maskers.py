@@ -36,11 +36,12 @@ class MaskedModelGame:
         references: np.ndarray,
         groups: np.ndarray | None = None,
         max_rows: int = 1 << 16,
+        dtype: str = "float32",  # the model's input dtype (float64 for e.g. LightGBM)
     ) -> None:
         self.predict = predict
         self.input_shape = x.shape
-        self.x = np.asarray(x, dtype=np.float32).reshape(-1)  # [d]
-        self.references = np.asarray(references, dtype=np.float32).reshape(
+        self.x = np.asarray(x, dtype=dtype).reshape(-1)  # [d]
+        self.references = np.asarray(references, dtype=dtype).reshape(
             -1, self.x.shape[0]
         )  # [r, d]
         self.groups = np.arange(self.x.shape[0]) if groups is None else groups

@@ -175,7 +175,7 @@ def _references(
             value = np.full(model.input_shape, float(value))
         if value.size != model.n_features or not np.all(np.isfinite(value)):
             raise OptionError(f"baseline needs {model.n_features} finite numbers, got {value.size}")
-    value = np.asarray(value, dtype=np.float32).reshape(1, *model.input_shape)
+    value = np.asarray(value, dtype=model.input_dtype).reshape(1, *model.input_shape)
     return value, {"type": "baseline", "source": source, "value": value.reshape(-1).tolist()}
 
 
@@ -216,7 +216,11 @@ def _array_plan(
     space = shapley_trees.output_space(model, options.output)
     predict = model.tree.margin if space == "margin" and model.tree is not None else model.predict
     games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
-        (MaskedModelGame(predict, x, references, groups, model.batch_size), n_players, None)
+        (
+            MaskedModelGame(predict, x, references, groups, model.batch_size, model.input_dtype),
+            n_players,
+            None,
+        )
         for x in inputs
     ]
     echo = options.model_dump(exclude={"players", "absence"})
@@ -306,7 +310,9 @@ def _tree_result(
 ) -> ExplainResult:
     """Exact TreeSHAP by the booster's own library (path-dependent, in the raw margin)."""
     explanations = shapley_trees.tree_explanations(model, inputs, options.index, target)
-    echo = options.model_dump(exclude={"players", "absence", "patch_size", "api_variant"})
+    echo = options.model_dump(
+        exclude={"players", "absence", "patch_size", "api_variant", "sampler"}
+    )
     echo.update(estimator="tree", output="margin", masker=shapley_trees.PATH_DEPENDENT)
     if options.index == "SV":
         echo.pop("max_order")

@@ -45,7 +45,7 @@ class TreeEnsemble(Protocol):
     has_interactions: bool  # the library computes SHAP interaction values
 
     def margin(self, x: np.ndarray) -> np.ndarray:
-        """float32 [m, n_features] -> float64 [m, k] raw margins."""
+        """float [m, n_features] -> float64 [m, k] raw margins."""
         ...
 
     def contributions(self, x: np.ndarray) -> np.ndarray:
@@ -95,6 +95,10 @@ class Model:
     differentiable: bool = True  # `module` gives input gradients (torch weights, not a black box)
     input_range: tuple[float, float] | None = None  # valid input values, e.g. (0, 1) for images
     tree: TreeEnsemble | None = None  # exact TreeSHAP through the booster's own library
+    # Black boxes that another runtime evaluates: rows in `input_dtype` -> [m, k], called
+    # directly (not through `module`), so float64 inputs reach e.g. LightGBM's float64 splits.
+    predict_fn: Callable[[np.ndarray], np.ndarray] | None = None
+    input_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if not self.version:
@@ -110,8 +114,15 @@ class Model:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Batched forward pass without gradients; chunks of `batch_size` rows."""
-        x = np.ascontiguousarray(x, dtype=np.float32).reshape((-1, *self.input_shape))
+        x = np.ascontiguousarray(x, dtype=self.input_dtype).reshape((-1, *self.input_shape))
         out = np.empty((x.shape[0], self.n_outputs), dtype=np.float32)
+        if self.predict_fn is not None:
+            for start in range(0, x.shape[0], self.batch_size):
+                rows = x[start : start + self.batch_size]
+                out[start : start + rows.shape[0]] = np.asarray(
+                    self.predict_fn(rows), dtype=np.float32
+                ).reshape(rows.shape[0], -1)
+            return out
         # no_grad, not inference_mode: a TorchScript module may keep constants it built on its
         # first call, and inference tensors cannot be saved for a later backward pass.
         with torch.no_grad():

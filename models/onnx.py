@@ -7,6 +7,7 @@ registration names one (`onnx_output`; skl2onnx classifiers with zipmap=False: `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,8 +45,11 @@ def _pick_output(session: object, wanted: str | None) -> str:
     return usable[0]
 
 
-def onnx_module(data: bytes, decl: Declaration) -> torch.nn.Module:
-    """An onnxruntime session (CPU provider) behind a module: rows [m, *input_shape] -> [m, k]."""
+def onnx_module(
+    data: bytes, decl: Declaration
+) -> tuple[torch.nn.Module, Callable[[np.ndarray], np.ndarray], str]:
+    """An onnxruntime session (CPU provider): (a module, the numpy function rows
+    [m, *input_shape] -> [m, k], and the input dtype the graph reads)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -104,4 +108,5 @@ def onnx_module(data: bytes, decl: Declaration) -> torch.nn.Module:
             out = np.concatenate(parts)
         return np.asarray(out, dtype=np.float32).reshape(x.shape[0], -1)
 
-    return FunctionModule(run)
+    input_dtype = "float64" if dtype is np.float64 else "float32"
+    return FunctionModule(run), run, input_dtype

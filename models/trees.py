@@ -89,7 +89,9 @@ class _Booster:
         raise NotImplementedError
 
     def _rows(self, x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(x, dtype=np.float32).reshape(x.shape[0], -1)
+        # float64: LightGBM compares against float64 thresholds that can sit between a value and
+        # its float32 rounding (XGBoost rounds to float32 itself, as it was trained).
+        return np.ascontiguousarray(x, dtype=np.float64).reshape(x.shape[0], -1)
 
 
 class XGBoostBooster(_Booster):

@@ -136,14 +136,25 @@ def _remote(decl: Declaration, version: str) -> Model:
 def _onnx(decl: Declaration, data: bytes, version: str) -> Model:
     from models.onnx import onnx_module
 
-    return _model(decl, onnx_module(data, decl), version, differentiable=False)
+    module, run, dtype = onnx_module(data, decl)
+    return _model(
+        decl, module, version, differentiable=False, predict_fn=run, input_dtype=dtype
+    )
 
 
 def _booster(decl: Declaration, data: bytes, version: str) -> Model:
     from models.trees import booster_module
 
     module, tree = booster_module(data, decl)
-    return _model(decl, module, version, differentiable=False, tree=tree)
+    return _model(
+        decl,
+        module,
+        version,
+        differentiable=False,
+        tree=tree,
+        predict_fn=tree.predict,
+        input_dtype="float64",  # boosters split on float64 thresholds
+    )
 
 
 def load_background(data: bytes, decl: Declaration) -> np.ndarray:

@@ -290,3 +290,34 @@ def test_input_range_validates_and_clips(client: TestClient) -> None:
     assert out["meta"]["parameters"]["clip_min"] == 0 and out["meta"]["parameters"]["clip_max"] == 1
     baseline = np.asarray(out["data"]["explanations"][0]["details"]["baseline"])
     assert baseline.min() >= 0 and baseline.max() <= 1
+
+
+def test_lightgbm_reads_float64_inputs(client: TestClient) -> None:
+    """LightGBM splits on float64 thresholds: a float32-rounded input can land on the other
+    side of one (here bp = 0.09072940503102193 against a threshold 0.09072940503102195)."""
+    import lightgbm as lgb
+    from sklearn.datasets import load_diabetes
+    from sklearn.model_selection import train_test_split
+
+    data = load_diabetes()
+    x_train, x_test, y_train, _ = train_test_split(
+        data.data, data.target, test_size=0.2, random_state=0
+    )
+    est = lgb.LGBMRegressor(
+        n_estimators=200, max_depth=4, num_leaves=16, learning_rate=0.05,
+        min_child_samples=10, random_state=0, n_jobs=1, verbose=-1,
+    ).fit(x_train, y_train)  # fmt: skip
+    row = x_test[4:5]
+    truth = est.booster_.predict(row, raw_score=True)
+    assert abs(truth[0] - est.booster_.predict(row.astype(np.float32), raw_score=True)[0]) > 1
+    form = {"name": "lgb-f64", "modality": "tabular", "input_shape": "[10]",
+            "output_names": '["y"]', "task": "regression"}  # fmt: skip
+    files = {"file": ("m.txt", est.booster_.model_to_string().encode())}
+    assert client.post("/v2/repository/models", data=form, files=files).status_code == 201
+    e = explain(client, "lgb-f64", {"inputs": row.tolist()})["data"]["explanations"][0]
+    assert e["instance_output_value"] == pytest.approx(truth[0], abs=1e-6)
+    np.testing.assert_allclose(e["values"], shap.TreeExplainer(est).shap_values(row)[0], atol=1e-6)
+    body = {"inputs": [{"name": "x", "shape": [1, 10], "datatype": "FP64",
+                        "data": row.reshape(-1).tolist()}]}  # fmt: skip
+    out = client.post("/v2/models/lgb-f64/infer", json=body).json()["outputs"][0]
+    assert out["data"][0] == pytest.approx(truth[0], rel=1e-6)
