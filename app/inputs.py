@@ -90,7 +90,7 @@ def check_range(model: Model, rows: np.ndarray, field: str) -> None:
             f"{field}[{i}]: values from {float(rows[i].min()):g} to {float(rows[i].max()):g} "
             f"leave {model.name}'s input range [{low:g}, {high:g}]; rescale them (e.g. images "
             "on a 0-255 or 0-16 scale to 0-1)",
-            code="out_of_range",
+            code="input_out_of_range",
         )
 
 

@@ -281,9 +281,9 @@ def test_input_range_validates_and_clips(client: TestClient) -> None:
     register(client, model)
     on_16 = (model.rows[:1] * 16).tolist()  # sklearn's digits scale, not the declared [0, 1]
     err = explain(client, model.name, {"inputs": on_16}, status=400)
-    assert err["code"] == "out_of_range" and "[0, 1]" in err["error"]
+    assert err["code"] == "input_out_of_range" and "[0, 1]" in err["error"]
     body = {"inputs": model.rows[:1].tolist(), "background": on_16}
-    assert explain(client, model.name, body, status=400)["code"] == "out_of_range"
+    assert explain(client, model.name, body, status=400)["code"] == "input_out_of_range"
     # UNI's PGD baseline stays inside the declared range, even with a wide epsilon ball.
     body = {"inputs": model.rows[:1].tolist(), "parameters": {"epsilon": 3.0}}
     out = explain(client, model.name, body, "uni")
