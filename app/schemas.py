@@ -100,6 +100,11 @@ class PlayerOut(BaseModel):
     end: int = Field(..., description="character offset after the last character")
 
 
+class WarningOut(BaseModel):
+    code: str
+    message: str
+
+
 class ExplanationOut(BaseModel):
     model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     output_index: int
@@ -124,6 +129,12 @@ class ExplanationOut(BaseModel):
     exact: bool
     estimator: str
     n_model_evals: int
+    warnings: list[WarningOut] = Field(
+        default_factory=list,
+        description="reasons to trust this explanation less (empty when there are none): "
+        "noisy_estimate, flat_game, input_out_of_range, estimator_fallback, "
+        "baseline_not_reached, not_converged",
+    )
 
 
 class ExplainMeta(BaseModel):

@@ -28,6 +28,7 @@ from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
 from explainers import cocoa
+from explainers.caveats import with_caveats
 from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
@@ -216,6 +217,7 @@ class ExplainService:
                     background=p.background,
                     **p.fields,
                 )
+                result = with_caveats(model, p.inputs, result)
                 result = attach_evaluation(p, result)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
@@ -309,6 +311,7 @@ class ExplainService:
                 if e.players is None
                 else [{"text": p.text, "start": p.start, "end": p.end} for p in e.players],
                 "details": e.details,
+                "warnings": [{"code": w.code, "message": w.message} for w in e.warnings],
                 "exact": e.exact,
                 "estimator": e.estimator,
                 "n_model_evals": e.n_model_evals,

@@ -24,6 +24,15 @@ class Span:
 
 
 @dataclass(frozen=True)
+class Caveat:
+    """A reason to trust an answer less: `code` is stable (e.g. noisy_estimate), `message` says
+    what was seen and what to do."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Explanation:
     """Attributions for one instance and one output."""
 
@@ -40,6 +49,8 @@ class Explanation:
     details: dict[str, Any] | None = None  # explainer-specific outputs (JSON-ready)
     partial: bool = False  # an anytime estimate cut short by the deadline
     output_name: str | None = None  # the explained scalar when it is not one of the model's outputs
+    warnings: tuple[Caveat, ...] = ()  # explainer-specific caveats (explainers/caveats.py adds
+    # the generic ones: noisy_estimate, flat_game, input_out_of_range)
 
     @property
     def approximation_error(self) -> float:

@@ -17,7 +17,7 @@ from explainers import text as text_game
 from explainers.budget import default_budget
 from explainers.estimators import exact, kernel, permutation
 from explainers.estimators.base import Estimate
-from explainers.explanation import ExplainResult, Explanation, OptionError, Span
+from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, ExplainerError, Game, GameRecorder, rows_per_coalition
 from explainers.maskers import MaskedModelGame, patch_groups
 from models.base import Model, TextModel
@@ -263,7 +263,7 @@ def explain(
     background: np.ndarray | None = None,
 ) -> ExplainResult:
     """Shapley explanations of `inputs` (model.predict's rows: arrays, or texts) for one output."""
-    warnings: list[str] = []
+    caveats: tuple[Caveat, ...] = ()
     if model.tree is not None or options.estimator == "tree" or options.output == "margin":
         space = shapley_trees.output_space(model, options.output)
         custom = background is not None or options.masker is not None
@@ -275,7 +275,7 @@ def explain(
         if options.estimator in ("auto", "tree") and reason is None:
             return _tree_result(model, inputs, options, target)
         if model.tree is not None and options.estimator == "auto" and reason is not None:
-            warnings.append(f"not TreeSHAP: {reason}")
+            caveats = (Caveat("estimator_fallback", f"not TreeSHAP: {reason}"),)
     if isinstance(model, TextModel):
         if background is not None:
             raise OptionError("text models take no background: absent words are deleted or masked")
@@ -291,14 +291,16 @@ def explain(
         explanation = explain_one(game, n_players, options, plan.budget, seed, model, target)
         if not 0 <= explanation.output_index < model.n_outputs:
             raise OptionError(f"target out of range for {model.n_outputs} outputs")
-        explanations.append(replace(explanation, players=players))
+        explanations.append(
+            replace(explanation, players=players, warnings=explanation.warnings + caveats)
+        )
     echo = plan.echo
     if options.index in ("SV", "API"):
         echo.pop("max_order")
     if options.index != "API":
         echo.pop("api_variant")
     additive = options.index in interactions.EFFICIENT
-    meta: dict[str, Any] = {"warnings": warnings} if warnings else {}
+    meta: dict[str, Any] = {}
     if background is not None:
         outputs = sorted({e.output_index for e in explanations})
         meta["background_audit"] = _audit(model, background, outputs, seed)

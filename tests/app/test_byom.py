@@ -181,7 +181,8 @@ def test_tree_fallbacks_say_why(client: TestClient) -> None:
     out = explain(client, model.name, body)
     e = out["data"]["explanations"][0]
     assert e["estimator"] == "exact" and out["meta"]["parameters"]["output"] == "prediction"
-    assert any("not TreeSHAP" in w for w in out["meta"]["warnings"])
+    codes = {w["code"]: w["message"] for w in e["warnings"]}
+    assert "not TreeSHAP" in codes["estimator_fallback"]
     truth = exact_interventional(model.predict, model.rows[0].astype(np.float64), bg, 1)
     np.testing.assert_allclose(e["values"], truth, atol=2e-5)
     # A background with the default output: the margin, explained model-agnostically.
@@ -211,7 +212,8 @@ def test_lightgbm_multiclass(client: TestClient) -> None:
     # LightGBM has no interaction values: auto falls back and says so; tree refuses.
     body = {"inputs": model.rows[:1].tolist(), "parameters": {"index": "SII"}}
     out = explain(client, model.name, body)
-    assert out["data"]["explanations"][0]["estimator"] != "tree" and out["meta"]["warnings"]
+    e = out["data"]["explanations"][0]
+    assert e["estimator"] != "tree" and e["warnings"][0]["code"] == "estimator_fallback"
     body["parameters"]["estimator"] = "tree"
     assert explain(client, model.name, body, status=400)["code"] == "invalid_option"
 
