@@ -13,7 +13,7 @@ Parts (see docs/benchmarks.md, "Bring your own model"):
 1. trees: XGBoost (200 trees, depth 4) and LightGBM (200 trees, depth 4) regressors registered
    from their own files with a stored 100-row background. estimator tree over HTTP vs
    shap.TreeExplainer (path-dependent, raw margin) on the same booster, on the rows as sent and
-   rounded to float32 (the service's input dtype), and vs an independent enumeration of the
+   rounded to float32 (what the service fed boosters before they read float64), and vs an independent enumeration of the
    path-dependent game over all 2^10 coalitions (shap's parse of the trees, our traversal);
    compute time of estimator tree vs estimator kernel (default budget, the stored background)
    on the same rows and route, the kernel's answer against enumerating its game with the
@@ -206,7 +206,7 @@ def tree_models(x: np.ndarray, y: np.ndarray) -> dict[str, tuple[Any, bytes, str
 
 
 def f32(x: np.ndarray) -> np.ndarray:
-    """The values the service computes with: inputs are float32 at the HTTP edge."""
+    """Rows rounded to float32: what the service fed boosters before they read float64."""
     return x.astype(np.float32).astype(np.float64)
 
 
@@ -291,7 +291,8 @@ def bench_trees(client: TestClient, args: argparse.Namespace) -> dict[str, Any]:
         tree_answer, _ = explain(client, name, tree_body)  # warm-up
         kernel_answer, _ = explain(client, name, kernel_body)
         # Peer: shap.TreeExplainer on the same booster, path-dependent (no data), raw margin;
-        # on the rows as sent (float64) and as the service feeds the booster (float32 values).
+        # on the rows as sent (float64, what boosters read) and rounded to float32 (what other
+        # models read; LightGBM's float64 thresholds tell them apart).
         peer = shap.TreeExplainer(booster)
         peer_values = np.asarray(peer.shap_values(rows), dtype=np.float64)
         peer_values32 = np.asarray(peer.shap_values(f32(rows)), dtype=np.float64)
@@ -301,10 +302,10 @@ def bench_trees(client: TestClient, args: argparse.Namespace) -> dict[str, Any]:
         # on shap's parse of the trees, and the kernel's game (the stored background) with the
         # library's own predict, both on the values the service computes with.
         path_values = np.array(
-            [shapley_from_game(path_dependent_game(peer.model, x)) for x in f32(rows)]
+            [shapley_from_game(path_dependent_game(peer.model, x)) for x in rows]
         )
         inter_values = np.array(
-            [shapley_from_game(interventional_game(margin, x, f32(background))) for x in f32(rows)]
+            [shapley_from_game(interventional_game(margin, x, background)) for x in rows]
         )
         diff_rows = np.abs(ours - peer_values).max(axis=1)
         timings: dict[str, dict[str, list[float]]] = {
