@@ -47,7 +47,7 @@ def split_evaluate(spec: ExplainerSpec, params: Any) -> tuple[Any, EvaluateOptio
     if evaluate is not None and not spec.uses_inputs:
         raise InvalidInput(f"{spec.name} explains its own fields, not model inputs: no evaluate")
     own = spec.options.model_construct(
-        params.model_fields_set - {"evaluate"},
+        params.model_fields_set - {"evaluate", "allow_out_of_range"},
         **{k: getattr(params, k) for k in spec.options.model_fields},
     )
     return own, evaluate

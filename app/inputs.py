@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -10,11 +11,21 @@ from app.errors import InvalidInput
 from models.base import Model, TextModel
 
 
-def _has_bool(item: Any) -> bool:
-    """JSON true/false would silently become 1.0/0.0: strict numbers only."""
-    if isinstance(item, bool):
-        return True
-    return isinstance(item, list) and any(_has_bool(v) for v in item)
+def _not_number(item: Any) -> Any:
+    """The first leaf that is not a JSON number, else None.
+
+    The rule everywhere: a number is a JSON number. Strings ("51") and true/false are never
+    numbers (numpy would turn them into 51.0 and 1.0 silently); integers fill float fields.
+    """
+    if isinstance(item, list):
+        for v in item:
+            bad = _not_number(v)
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        return item if item is not None else "null"
+    return None
 
 
 def _row(model: Model, item: Any, where: str) -> np.ndarray:
@@ -27,8 +38,12 @@ def _row(model: Model, item: Any, where: str) -> np.ndarray:
                 f"unknown {unknown[:5]}"
             )
         item = [item[f] for f in model.feature_names]
-    if _has_bool(item):
-        raise InvalidInput(f"{where}: expected numbers; true/false are not feature values")
+    bad = _not_number(item)
+    if bad is not None:
+        raise InvalidInput(
+            f"{where}: expected JSON numbers; {json.dumps(bad)[:40]} is not one (strings and "
+            "true/false are never numbers)"
+        )
     try:
         arr = np.asarray(item, dtype=np.float64)
     except (TypeError, ValueError):
@@ -76,22 +91,32 @@ def to_array(model: Model, items: list[Any], field: str) -> np.ndarray:
     return np.stack([_row(model, it, f"{field}[{i}]") for i, it in enumerate(items)])
 
 
-def check_range(model: Model, rows: np.ndarray, field: str) -> None:
-    """Values outside the model's declared input_range are a 400 (e.g. pixels 0-16, not 0-1)."""
+def outside_range(model: Model, rows: np.ndarray, field: str) -> dict[int, str]:
+    """Rows with values outside the model's declared input_range: {row: what is wrong}."""
     if model.input_range is None or rows.dtype.kind not in "fiu" or rows.size == 0:
-        return
+        return {}
     low, high = model.input_range
     slack = 1e-6 * max(1.0, high - low)
     outside = (rows < low - slack) | (rows > high + slack)
-    bad = np.flatnonzero(outside.reshape(len(rows), -1).any(axis=1))
-    if bad.size:
-        i = int(bad[0])
+    return {
+        int(i): f"{field}[{int(i)}]: values from {float(rows[i].min()):g} to "
+        f"{float(rows[i].max()):g} leave {model.name}'s input range [{low:g}, {high:g}]"
+        for i in np.flatnonzero(outside.reshape(len(rows), -1).any(axis=1))
+    }
+
+
+def check_range(model: Model, rows: np.ndarray, field: str, allow: bool = False) -> dict[int, str]:
+    """A 400 for values outside the declared input_range (e.g. pixels on 0-16, not 0-1), unless
+    `allow` (parameters.allow_out_of_range): then what is outside, to warn about."""
+    found = outside_range(model, rows, field)
+    if found and not allow:
+        first = next(iter(found.values()))
         raise InvalidInput(
-            f"{field}[{i}]: values from {float(rows[i].min()):g} to {float(rows[i].max()):g} "
-            f"leave {model.name}'s input range [{low:g}, {high:g}]; rescale them (e.g. images "
-            "on a 0-255 or 0-16 scale to 0-1)",
+            f"{first}; rescale them (e.g. images on a 0-255 or 0-16 scale to 0-1), or send "
+            "parameters.allow_out_of_range: true to explain them anyway with a warning",
             code="input_out_of_range",
         )
+    return found
 
 
 def resolve_target(model: Model, target: int | str | None) -> int | None:

@@ -65,6 +65,14 @@ def parameters_model(spec: ExplainerSpec) -> type[BaseModel]:
                 "details.evaluation (deletion/insertion AUC, MuFidelity, sensitivity)",
             ),
         ),
+        allow_out_of_range=(
+            bool,
+            Field(
+                False,
+                description="explain inputs outside the model's declared input_range with an "
+                "input_out_of_range warning instead of answering 400",
+            ),
+        ),
     )
 
 

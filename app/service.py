@@ -71,6 +71,7 @@ class Prepared:
     fields: dict[str, Any]  # the explainer's own top-level request fields
     deadline: float | None  # time.monotonic() by which to answer (timeout_ms from arrival)
     evaluate: EvaluateOptions | None = None  # parameters.evaluate: figures for each explanation
+    out_of_range: dict[int, str] | None = None  # allowed out-of-range instances: warnings
 
 
 class ExplainService:
@@ -147,11 +148,14 @@ class ExplainService:
             if not 1 <= len(req.background) <= s.max_background_rows:
                 raise PayloadTooLarge(f"background needs 1 to {s.max_background_rows} rows")
             background = to_array(model, req.background, "background")
-        check_range(model, inputs, "inputs")
+        params = getattr(req, "parameters")  # noqa: B009
+        allow = bool(getattr(params, "allow_out_of_range", False))
+        out_of_range = check_range(model, inputs, "inputs", allow)
         if background is not None:
-            check_range(model, background, "background")
+            for message in check_range(model, background, "background", allow).values():
+                out_of_range = dict.fromkeys(range(len(inputs)), message) | out_of_range
         target = resolve_target(model, req.target)
-        params, evaluate = split_evaluate(spec, getattr(req, "parameters"))  # noqa: B009
+        params, evaluate = split_evaluate(spec, params)
         options = self._resolve_refs(model, params)
         options = self._pin_artifact(model, options)
         key = cache_key(
@@ -199,6 +203,7 @@ class ExplainService:
             fields,
             limit,
             evaluate,
+            out_of_range,
         )
 
     def compute(self, p: Prepared) -> Outcome:
@@ -217,7 +222,7 @@ class ExplainService:
                     background=p.background,
                     **p.fields,
                 )
-                result = with_caveats(model, p.inputs, result)
+                result = with_caveats(model, p.inputs, result, p.out_of_range)
                 result = attach_evaluation(p, result)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(

@@ -80,13 +80,24 @@ def out_of_range(row: np.ndarray, model: Model) -> Caveat | None:
     )
 
 
-def with_caveats(model: Model, inputs: np.ndarray, result: ExplainResult) -> ExplainResult:
-    """The result with the generic caveats added to each explanation's own."""
+def with_caveats(
+    model: Model,
+    inputs: np.ndarray,
+    result: ExplainResult,
+    outside_declared: dict[int, str] | None = None,
+) -> ExplainResult:
+    """The result with the generic caveats added to each explanation's own.
+
+    `outside_declared`: instances explained although outside the model's declared input_range
+    (parameters.allow_out_of_range), by index, with what is wrong.
+    """
     rows = inputs if len(inputs) == len(result.explanations) else None
     explanations = []
     for i, e in enumerate(result.explanations):
         found = [noisy(e), flat(e, model)]
-        if rows is not None and rows.dtype.kind == "f":
+        if outside_declared and i in outside_declared:
+            found.append(Caveat("input_out_of_range", outside_declared[i]))
+        elif rows is not None and rows.dtype.kind == "f":
             found.append(out_of_range(rows[i], model))
         extra = tuple(c for c in found if c is not None and c not in e.warnings)
         explanations.append(replace(e, warnings=e.warnings + extra) if extra else e)

@@ -286,6 +286,12 @@ def test_input_range_validates_and_clips(client: TestClient) -> None:
     assert err["code"] == "input_out_of_range" and "[0, 1]" in err["error"]
     body = {"inputs": model.rows[:1].tolist(), "background": on_16}
     assert explain(client, model.name, body, status=400)["code"] == "input_out_of_range"
+    # Asked for: explained anyway, with the warning on that explanation only.
+    body = {"inputs": [model.rows[0].tolist(), on_16[0]],
+            "parameters": {"allow_out_of_range": True, "patch_size": 4}}  # fmt: skip
+    first, second = explain(client, model.name, body)["data"]["explanations"]
+    assert "input_out_of_range" not in {w["code"] for w in first["warnings"]}
+    assert [w for w in second["warnings"] if w["code"] == "input_out_of_range"]
     # UNI's PGD baseline stays inside the declared range, even with a wide epsilon ball.
     body = {"inputs": model.rows[:1].tolist(), "parameters": {"epsilon": 3.0}}
     out = explain(client, model.name, body, "uni")
@@ -323,3 +329,25 @@ def test_lightgbm_reads_float64_inputs(client: TestClient) -> None:
                         "data": row.reshape(-1).tolist()}]}  # fmt: skip
     out = client.post("/v2/models/lgb-f64/infer", json=body).json()["outputs"][0]
     assert out["data"][0] == pytest.approx(truth[0], rel=1e-6)
+
+
+def test_numbers_are_json_numbers_everywhere(client: TestClient) -> None:
+    """One rule: strings and true/false are never numbers (feature values, backgrounds, budgets,
+    OIP data); integers fill float fields."""
+    model = bm.scripted_linear("linear-strict")
+    register(client, model)
+    row = model.rows[0].tolist()
+    for bad in (["51", *row[1:]], [True, *row[1:]], [None, *row[1:]]):
+        err = explain(client, model.name, {"inputs": [bad]}, status=400)
+        assert err["code"] == "invalid_input" and "JSON numbers" in err["error"]
+        err = explain(client, model.name, {"inputs": [row], "background": [bad]}, status=400)
+        assert "background[0]" in err["error"]
+    named: dict[str, Any] = {f"f{i}": v for i, v in enumerate(row)}
+    named["f0"] = "51"
+    assert explain(client, model.name, {"inputs": [named]}, status=400)["code"] == "invalid_input"
+    assert explain(client, model.name, {"inputs": [row], "budget": "51"}, status=422)
+    ints = [int(v) for v in row]  # integers are numbers
+    explain(client, model.name, {"inputs": [ints], "background": [ints]})
+    body = {"inputs": [{"name": "x", "shape": [1, 6], "datatype": "FP32",
+                        "data": ["51", *row[1:]]}]}  # fmt: skip
+    assert client.post(f"/v2/models/{model.name}/infer", json=body).status_code in (400, 422)
