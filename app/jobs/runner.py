@@ -85,13 +85,39 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     ctx.store.add_results(job.id, pending)
 
 
+def top_k_bootstrap(
+    values: np.ndarray, names: list[str], k: int, resamples: int = 200, seed: int = 0
+) -> dict[str, Any]:
+    """How stable the summary's top features are: resample the instances with replacement and
+    recompute the top k by mean |value|. `same_top_k`: share of resamples with the same set;
+    `in_top_k`: per feature, share of resamples that rank it in the top k (Efron 1979)."""
+    rng = np.random.default_rng(seed)
+    full = set(np.argsort(-values.mean(axis=0))[:k].tolist())
+    counts = np.zeros(values.shape[1])
+    same = 0
+    for _ in range(resamples):
+        pick = rng.integers(0, len(values), len(values))
+        top = np.argsort(-values[pick].mean(axis=0))[:k]
+        counts[top] += 1
+        same += set(top.tolist()) == full
+    order = np.argsort(-counts)
+    return {
+        "resamples": resamples,
+        "same_top_k": same / resamples,
+        "in_top_k": {names[j]: counts[j] / resamples for j in order if counts[j] > 0},
+    }
+
+
 def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
-    """Mean |value| per feature, per predicted class, and how stable the top features are."""
+    """Mean |value| per feature, per predicted class, how stable the top features are, and how
+    many instances carry each warning code."""
     results = store.all_results(job.id)
     ok = [r for r in results if "error" not in r]
     summary: dict[str, Any] = {"instances": len(results), "errors": len(results) - len(ok)}
     if not ok:
         return summary
+    codes = [w["code"] for r in ok for w in r["explanation"].get("warnings") or []]
+    summary["warnings"] = {c: codes.count(c) for c in sorted(set(codes))}  # instances per code
     names = ok[0]["feature_names"]
     if not names:  # text: every instance has its own players; count classes only
         classes = [r["explanation"]["output_name"] for r in ok]
@@ -113,6 +139,7 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
         topk_jaccard=float(
             np.mean([len(top & set(r)) / len(top | set(r)) for r in per_row_top.tolist()])
         ),
+        top_features_bootstrap=top_k_bootstrap(values, names, k),
         per_class={},
         cache_hits=sum(r["cache"] == "hit" for r in ok),
     )

@@ -60,6 +60,11 @@ def test_audit_runs_to_completion(db: str, registry: ModelRegistry, model_dir: P
         assert summary["instances"] == 40 and summary["errors"] == 0
         assert len(summary["mean_abs_value"]) == 30 and len(summary["top_features"]) == 3
         assert 0 <= summary["top1_agreement"] <= 1 and summary["per_class"]
+        # 80 coalitions of 30 features x 100 background rows: noise, and the summary says so.
+        assert summary["warnings"]["noisy_estimate"] == 40
+        boot = summary["top_features_bootstrap"]
+        assert boot["resamples"] == 200 and 0 <= boot["same_top_k"] <= 1
+        assert set(summary["top_features"]) <= set(boot["in_top_k"])
         # The same rows again: every instance comes from the shared cache.
         again = wait(client, client.post("/v2/jobs", json=AUDIT).json()["id"])
         assert again["summary"]["cache_hits"] == 40
@@ -203,3 +208,16 @@ def test_text_audit(db: str, registry: ModelRegistry, model_dir: Path) -> None:
         assert sum(c["instances"] for c in status["summary"]["per_class"].values()) == 3
         players = lines(client, status["id"])[0]["explanation"]["players"]
         assert [p["text"] for p in players] == ["the", "movie", "was", "terrible"]
+
+
+def test_top_k_bootstrap_tells_stable_from_noise() -> None:
+    from app.jobs.runner import top_k_bootstrap
+
+    rng = np.random.default_rng(0)
+    clear = np.abs(rng.normal(size=(50, 4))) * [10.0, 1.0, 1.0, 1.0]  # feature a dominates
+    out = top_k_bootstrap(clear, ["a", "b", "c", "d"], k=1)
+    assert out["same_top_k"] == 1.0 and out["in_top_k"] == {"a": 1.0}
+    ties = np.abs(rng.normal(size=(50, 4)))  # no feature stands out
+    out = top_k_bootstrap(ties, ["a", "b", "c", "d"], k=1)
+    assert out["same_top_k"] < 0.9 and len(out["in_top_k"]) >= 2
+    assert sum(out["in_top_k"].values()) == pytest.approx(1.0)
