@@ -385,7 +385,14 @@ function renderExplanation(e, index, featureNames, meta, request) {
   const how = e.exact && e.estimator !== "exact" ? `${e.estimator}, exact` : e.estimator;
   const head = el("h3", { text: `#${index} · ${e.output_name}: ${fmt(e.instance_output_value)} (base ${fmt(e.base_value)}, ${how})` });
   const charts = el("div", { class: "charts" });
-  const box = el("div", { class: "explanation", "data-index": String(index) }, head, charts);
+  const box = el("div", { class: "explanation", "data-index": String(index) }, head);
+  // Reasons to trust these numbers less, next to them (noisy_estimate, flat_game, ...).
+  if (e.warnings && e.warnings.length) {
+    box.append(el("ul", { class: "warnings", "data-testid": "warnings" },
+      ...e.warnings.map((w) => el("li", { class: "warning", "data-code": w.code },
+        el("strong", { text: w.code.replaceAll("_", " ") }), `: ${w.message}`))));
+  }
+  box.append(charts);
   const image = imageOf(e.data);
   const grid = image ? pixelMap(e, names, image, meta.parameters || {}) : null;
   if (e.players) charts.append(chart("Highlighted text", highlight(e, request)));

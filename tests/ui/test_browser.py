@@ -148,3 +148,19 @@ def test_job_progress(inprocess_server: str, page: Page) -> None:
     assert "1/1" in row.inner_text()
     page.shot("jobs")
     assert page.errors == []
+
+
+def test_warnings_next_to_the_values(inprocess_server: str, page: Page) -> None:
+    # 80 coalitions for 30 features over 100 background rows: the answer is noise, and says so.
+    page.page.goto(f"{inprocess_server}/?model=breast-cancer-mlp&explainer=shapley")
+    page.page.wait_for_selector("#explainer option", state="attached")
+    page.page.fill("#budget", "8000")
+    page.page.click("#explain")
+    page.page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    noisy = page.page.locator("[data-testid=warnings] [data-code=noisy_estimate]")
+    assert noisy.count() == 1 and "standard error" in noisy.inner_text()
+    page.shot("warnings")
+    # An exact answer has nothing to warn about: no warning box at all.
+    page.explain(f"{inprocess_server}/?model=diabetes-mlp&explainer=shapley")
+    assert page.page.locator("[data-testid=warnings]").count() == 0
+    assert page.errors == []
