@@ -215,8 +215,11 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]
             status = exc.status
             raise
         finally:
-            svc.metrics.requests.labels(model, spec.name, str(status)).inc()
-            svc.metrics.duration.labels(model, spec.name, str(status)).observe(
+            # Only known models become label values: a typo must not start a new series.
+            known = status == 200 or svc.registry.known(model)
+            label = model if known else "<unknown>"
+            svc.metrics.requests.labels(label, spec.name, str(status)).inc()
+            svc.metrics.duration.labels(label, spec.name, str(status)).observe(
                 time.perf_counter() - start
             )
         return JSONResponse(outcome.body, headers={"X-Cache": outcome.cache.upper()})

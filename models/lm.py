@@ -337,6 +337,30 @@ def _read(dest: Path) -> tuple[Any, Any, dict[str, Any]] | None:
     return hf, tokenizer, info
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_interrupted(folder: Path) -> list[Path]:
+    """Remove conversions left by a process that was stopped mid-way (`<dest>.<pid>.tmp`,
+    ~242 MB each): a folder whose pid no longer runs. Returns what was removed."""
+    removed = []
+    for work in folder.glob("*.tmp"):
+        pid = work.name.removesuffix(".tmp").rsplit(".", 1)[-1]
+        if work.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+    if removed:
+        log.info("removed %d interrupted conversion(s): %s", len(removed), removed)
+    return removed
+
+
 def load_language_model(name: str, cache_dir: Path) -> LanguageModel:
     """Load a built-in LM from `cache_dir`, converting its GGUF file first if needed."""
     source = SOURCES.get(name)
@@ -347,6 +371,7 @@ def load_language_model(name: str, cache_dir: Path) -> LanguageModel:
     dest = cache_dir / "lm" / f"{name}-{digest}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
+        clean_interrupted(dest.parent)
         loaded = _read(dest)
         if loaded is None:
             log.info("converting %s from its GGUF file (once; takes minutes)", name)

@@ -143,6 +143,10 @@ class ModelRegistry:
         with self._lock:
             return sorted(self._builtins.keys() | self._models.keys() | self._stored.keys())
 
+    def known(self, name: str) -> bool:
+        """Whether `name` is a built-in or a registered model (loaded or not)."""
+        return name in self._builtins or name in self.names()
+
     def get(self, name: str) -> Model:
         """The model called `name`; a built-in is loaded (trained if needed) on first use, a
         stored user model is built on first use and again after it was replaced.

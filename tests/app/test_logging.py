@@ -116,6 +116,16 @@ def test_http_and_explain_metrics_by_route_and_status(client: TestClient) -> Non
         (("explainer", "shapley"), ("model", "diabetes-mlp"), ("status", "200")),
     )
     assert got[latency] >= 1
+    # A typo in a model name is not a new series of the explain metrics.
+    for typo in ("diabetes-mpl", "diabetes-mlp2"):
+        client.post(f"/v2/models/{typo}/explain/shapley", json={"inputs": [ROW]})
+    got = samples(client.get("/metrics").text)
+    typos = (
+        "explain_requests_total",
+        (("explainer", "shapley"), ("model", "<unknown>"), ("status", "404")),
+    )
+    assert got[typos] >= 2
+    assert not any("diabetes-mpl" in str(labels) for _, labels in got)
 
 
 def test_inprocess_queue_metrics_follow_a_job(client: TestClient) -> None:

@@ -73,3 +73,22 @@ def test_background_model_answers_not_ready_while_loading(tmp_path: Path) -> Non
     release.set()
     loader.join(30)
     assert registry.get("slow-lm").name == eager.name and registry.loaded("slow-lm")
+
+
+def test_interrupted_conversions_are_cleaned(tmp_path: Path) -> None:
+    """A stop mid-conversion leaves `<dest>.<pid>.tmp`; the next load removes it unless its
+    process still runs."""
+    import os
+    import subprocess
+
+    from models.lm import clean_interrupted
+
+    dead_pid = subprocess.Popen(["true"])  # a pid that has exited
+    dead_pid.wait()
+    stale = tmp_path / f"smollm2-135m-abc.{dead_pid.pid}.tmp"
+    live = tmp_path / f"smollm2-135m-abc.{os.getpid()}.tmp"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 10)
+    assert clean_interrupted(tmp_path) == [stale]
+    assert not stale.exists() and live.exists()
