@@ -9,7 +9,12 @@ published summary (METHODS.md 1b), not the authors' code.
   Shapley marginal of i telescoped over the players p_1..p_k before it, keeping only positive
   second-order terms I_ij(S) = v(S+i+j) - v(S+i) - v(S+j) + v(S).
 * moebius: psi_i = sum over T containing i of max(m(T), 0) / |T|.
-Both equal Shapley values on convex games and exceed them elsewhere; efficiency is given up.
+Both are at least the Shapley values (they drop negative terms of a sum that gives Shapley) and
+efficiency is given up. chain equals Shapley exactly when no I_ij(S) is negative, i.e. on
+convex (supermodular) games. moebius equals Shapley exactly when no Möbius dividend m(T) is
+negative (totally monotone games), a stricter condition once n >= 3: the convex game
+v(S) = max(0, |S| - 1), n = 3, has dividends 1 on pairs and -1 on the triple, so Shapley and
+chain give 2/3 each and moebius 1. With two players the rules coincide.
 """
 
 from __future__ import annotations
