@@ -173,22 +173,30 @@ def recalibrated(
     variant: Literal["valid_ip", "valid_ref"],
     batch_size: int = 1024,
 ) -> np.ndarray:
-    """Re-calibrated IG (Yang et al. 2023): keep only non-negative local terms and average them.
+    """Re-calibrated IG (Yang et al. 2023): keep only non-negative terms and average them.
 
-    For k points s = r + t (x - r), t in linspace(0, 1, k), on each reference r, the terms are
-    g(s) / k * (x - s) (valid_ip: the point itself is the local reference) or g(s) / k * (x - r)
-    (valid_ref). Per feature, the attribution is the sum of the non-negative terms divided by
+    k points s = r + t (x - r), t in linspace(0, 1, k), on each reference r. valid_ip: one term
+    per point, g(s) / k * (x - s) (the point itself is the local reference). valid_ref: one term
+    per reference, its path integral sum_t g(s) / k * (x - r), as the reference code filters
+    whole paths. Per feature, the attribution is the sum of the non-negative terms divided by
     their count (0 when none). [*shape], non-negative by construction.
     """
     t = np.linspace(0, 1, k) if k > 1 else np.ones(1)
     total, count = np.zeros(x.shape), np.zeros(x.shape)
+    paths = np.zeros(references.shape)  # [b, *shape]: sum_t g(s_bt) / k (valid_ref)
     for b, _, points in path_chunks(x, references, t, batch_size):
         grads, _ = input_gradients(score, points, target, batch_size)
-        delta = x[None] - (points if variant == "valid_ip" else references[b])
-        terms = grads / k * delta  # [c, *shape]
+        if variant == "valid_ref":
+            np.add.at(paths, b, grads / k)
+            continue
+        terms = grads / k * (x[None] - points)  # [c, *shape]
         keep = terms >= 0
         total += np.where(keep, terms, 0.0).sum(axis=0)
         count += keep.sum(axis=0)
+    if variant == "valid_ref":
+        terms = paths * (x[None] - references)  # [b, *shape]: one IG term per reference
+        keep = terms >= 0
+        total, count = np.where(keep, terms, 0.0).sum(axis=0), keep.sum(axis=0)
     return np.asarray(total / np.maximum(count, 1))
 
 

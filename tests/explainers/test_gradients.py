@@ -128,12 +128,13 @@ def test_recalibrated_matches_hand_computation() -> None:
     k = 3
     t = np.linspace(0, 1, k)
     for variant in ("valid_ip", "valid_ref"):
-        terms = []
+        terms = []  # valid_ip: one term per point; valid_ref: one per reference (whole path)
         for r in refs:
-            for tt in t:
-                s = r + tt * (x - r)
-                delta = x - s if variant == "valid_ip" else x - r
-                terms.append(2 * s / k * delta)
+            points = [r + tt * (x - r) for tt in t]
+            if variant == "valid_ip":
+                terms += [2 * s / k * (x - s) for s in points]
+            else:
+                terms.append(sum(2 * s / k for s in points) * (x - r))
         arr = np.array(terms)
         keep = arr >= 0
         want = np.where(keep, arr, 0).sum(0) / np.maximum(keep.sum(0), 1)
