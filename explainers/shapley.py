@@ -135,6 +135,13 @@ class ShapleyOptions(BaseModel):
         None, description="default: background for tabular models, a zero baseline for images"
     )
     patch_size: int = Field(2, ge=1, le=64, description="image models: side of a square patch")
+    audit_reference: list[Any] | None = Field(
+        None,
+        min_length=2,
+        max_length=audit.MAX_REFERENCE_ROWS,
+        description="with a request background: rows (as inputs) of the data the background "
+        "should represent, for meta.background_audit; default: the model's training split",
+    )
     players: Literal["words", "tokens"] = Field(
         "words",
         description="text models: the players are the words (punctuation stays in place) or the "
@@ -263,6 +270,7 @@ def explain(
     background: np.ndarray | None = None,
 ) -> ExplainResult:
     """Shapley explanations of `inputs` (model.predict's rows: arrays, or texts) for one output."""
+    reference = _audit_reference(model, options, background)  # fail before any model call
     caveats: tuple[Caveat, ...] = ()
     if model.tree is not None or options.estimator == "tree" or options.output == "margin":
         space = shapley_trees.output_space(model, options.output)
@@ -295,6 +303,7 @@ def explain(
             replace(explanation, players=players, warnings=explanation.warnings + caveats)
         )
     echo = plan.echo
+    echo.pop("audit_reference", None)  # rows: in the cache key, not echoed
     if options.index in ("SV", "API"):
         echo.pop("max_order")
     if options.index != "API":
@@ -303,7 +312,7 @@ def explain(
     meta: dict[str, Any] = {}
     if background is not None:
         outputs = sorted({e.output_index for e in explanations})
-        meta["background_audit"] = _audit(model, background, outputs, seed)
+        meta["background_audit"] = _audit(model, background, outputs, seed, reference)
     return ExplainResult(tuple(explanations), plan.names, echo, plan.budget, additive, meta)
 
 
@@ -313,7 +322,7 @@ def _tree_result(
     """Exact TreeSHAP by the booster's own library (path-dependent, in the raw margin)."""
     explanations = shapley_trees.tree_explanations(model, inputs, options.index, target)
     echo = options.model_dump(
-        exclude={"players", "absence", "patch_size", "api_variant", "sampler"}
+        exclude={"players", "absence", "patch_size", "api_variant", "sampler", "audit_reference"}
     )
     echo.update(estimator="tree", output="margin", masker=shapley_trees.PATH_DEPENDENT)
     if options.index == "SV":
@@ -327,24 +336,41 @@ def _tree_result(
     )
 
 
+def _audit_reference(
+    model: Model, options: ShapleyOptions, background: np.ndarray | None
+) -> np.ndarray | None:
+    """The request's parameters.audit_reference as rows, checked (None when not sent)."""
+    if options.audit_reference is None:
+        return None
+    if background is None:
+        raise OptionError(
+            "audit_reference is the data a request background is audited against; "
+            "send a background too"
+        )
+    return audit.reference_rows(model, options.audit_reference)
+
+
 def _audit(
-    model: Model, background: np.ndarray, outputs: list[int], seed: int
+    model: Model,
+    background: np.ndarray,
+    outputs: list[int],
+    seed: int,
+    reference: np.ndarray | None = None,
 ) -> dict[str, Any] | None:
-    """Fool-SHAP tests of a supplied background against the model's reference data."""
-    reference = model.reference if model.reference is not None else model.background
+    """Fool-SHAP tests of a supplied background against reference data (Holm-corrected over
+    every test of every explained output): `reference` (parameters.audit_reference), else the
+    model's training split, else its default background."""
+    source = f"parameters.audit_reference ({0 if reference is None else len(reference)} rows)"
+    if reference is None:
+        reference = model.reference if model.reference is not None else model.background
+        source = "training split" if model.reference is not None else "model background"
     if reference is None:
         return None
     f_bg, f_ref = model.predict(background), model.predict(reference)
-    rng = np.random.default_rng(seed)
-    per_output = [
-        {"output_index": k, **audit.audit_outputs(f_bg[:, k], f_ref[:, k], rng)} for k in outputs
-    ]
-    return {
-        "suspicious": any(a["suspicious"] for a in per_output),
-        "outputs": per_output,
-        "n_model_evals": len(background) + len(reference),
-        "reference": "training split" if model.reference is not None else "model background",
-    }
+    result = audit.audit_outputs(
+        f_bg[:, outputs], f_ref[:, outputs], np.random.default_rng(seed), output_indices=outputs
+    )
+    return {**result, "n_model_evals": len(background) + len(reference), "reference": source}
 
 
 def _shapley_one(
