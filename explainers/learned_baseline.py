@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 import torch
 
-EPS = 1e-7  # the paper clips at 1e-16; float32 probabilities need a wider clip
+EPS = 1e-16  # the paper's clip, for modules whose logits we cannot take (float64)
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,20 @@ class LearnedBaseline:
 def _value(
     module: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, logodds: bool
 ) -> torch.Tensor:
-    out = module(x)
-    picked = out.gather(1, target[:, None])[:, 0]
+    """v per row [m], float64: the target output, or its log-odds log p / (1 - p).
+
+    The log-odds come from the logits, logit_y - logsumexp_{j != y} logit_j, in float64 (as
+    the reference code): probabilities rounded to float32 saturate at 1 - 6e-8, and a clip
+    there flattens every confident masked row to the same value.
+    """
     if not logodds:
-        return picked
-    p = picked.clamp(EPS, 1 - EPS)
+        return module(x).gather(1, target[:, None])[:, 0].double()
+    if isinstance(module, torch.nn.Sequential) and isinstance(module[-1], torch.nn.Softmax):
+        logits = module[:-1](x).reshape(x.shape[0], -1).double()
+        picked = logits.gather(1, target[:, None])[:, 0]
+        others = logits.scatter(1, target[:, None], float("-inf"))
+        return picked - torch.logsumexp(others, dim=1)
+    p = module(x).double().gather(1, target[:, None])[:, 0].clamp(EPS, 1 - EPS)
     return torch.log(p) - torch.log1p(-p)
 
 
@@ -52,7 +61,7 @@ def low_order_objective(
     """L(b) for explicands x [N, d] with targets [N]; differentiable in `baseline` [d]."""
     n_rows, d = x.shape
     orders = range(max(1, int(low_order * d)))
-    total = x.new_zeros(())
+    total = torch.zeros((), dtype=torch.float64)
     for i in range(d):
         for m in orders:
             keep = torch.rand(n_rows, sample_num, d, generator=generator) < m / d

@@ -13,6 +13,7 @@ from fastapi import APIRouter, File, Form, Header, Query, Request, Response, Upl
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app import job_plots, job_tables
 from app.errors import (
     ERROR_RESPONSES,
     ApiError,
@@ -23,7 +24,7 @@ from app.errors import (
 )
 from app.inputs import to_array
 from app.jobs.queue import Queue
-from app.jobs.store import Job, JobStore
+from app.jobs.store import FINISHED, Job, JobStore
 from app.schemas import request_model, spec_fields
 from app.service import ExplainService
 from explainers.salvage import SalvageTrainOptions
@@ -44,6 +45,11 @@ class LearnBaselineOptions(BaseModel):
     deviation: float = Field(0.3, gt=0, le=5, description="clamp box: mean +- deviation*std")
     init: Literal["mean", "zero"] = "mean"
     seed: int = Field(0, ge=0)
+    labels: list[int] | None = Field(
+        None,
+        description="true class of each explicand (the paper's target: log-odds of the label); "
+        "default: the class the model predicts",
+    )
 
 
 class JobRequest(BaseModel):
@@ -165,6 +171,18 @@ def _validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
         raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
     if body.inputs is not None:
         to_array(model, body.inputs, "inputs")
+    if options.labels is not None:
+        data = model.reference if model.reference is not None else model.background
+        available = len(data) if data is not None else 0
+        rows = len(body.inputs) if body.inputs is not None else min(options.rows, available)
+        if model.task != "classification":
+            raise Unprocessable("labels apply to classifiers")
+        if len(options.labels) != rows or not all(
+            0 <= c < model.n_outputs for c in options.labels
+        ):
+            raise Unprocessable(
+                f"labels: one class in [0, {model.n_outputs}) per explicand ({rows})"
+            )
     return {"parameters": options.model_dump(), "inputs": body.inputs}
 
 
@@ -305,12 +323,68 @@ async def job_results(
     job_id: str,
     offset: int = Query(0, ge=0, description="first instance index to return (resume here)"),
     limit: int | None = Query(None, ge=1, le=100_000),
+    format: Literal["jsonl", "csv", "parquet"] = Query(
+        "jsonl", description="jsonl; or csv/parquet: a row per instance (app/job_tables.py)"
+    ),
 ) -> Response:
-    """Stored results in instance order as JSON lines: {"index": i, "explanation": ...}."""
+    """Stored results in instance order as JSON lines: {"index": i, "explanation": ...}; or as
+    a table (CSV, Parquet) with value.<feature> and input.<feature> columns."""
     store = _parts(request)[1]
-    await anyio.to_thread.run_sync(_job, store, job_id)
+    job = await anyio.to_thread.run_sync(_job, store, job_id)
     lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
-    return StreamingResponse(iter(lines), media_type="application/x-ndjson")
+    if format == "jsonl":
+        return StreamingResponse(iter(lines), media_type="application/x-ndjson")
+    results = [json.loads(line) for line in lines]
+    encode = job_tables.to_csv if format == "csv" else job_tables.to_parquet
+    table = await anyio.to_thread.run_sync(encode, results)
+    media = "text/csv" if format == "csv" else "application/vnd.apache.parquet"
+    name = f"{job.model}-{job.id[:12]}.{format}"
+    disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
+    return Response(table, media_type=media, headers=disposition)
+
+
+@router.get(
+    "/v2/jobs/{job_id}/plot",
+    response_class=Response,
+    responses={
+        **ERROR_RESPONSES,
+        200: {"content": {"image/png": {}, "image/svg+xml": {}, "application/json": {}}},
+    },
+)
+async def job_plot(
+    request: Request,
+    job_id: str,
+    kind: job_plots.GlobalKind = Query("summary", description="summary, beeswarm, dependence"),
+    feature: str | None = Query(None, description="dependence: the feature (default: the top)"),
+    color: str = Query(
+        "auto",
+        description="dependence colours: auto (the strongest interacting feature), a feature "
+        "name, or value (the attribution's sign)",
+    ),
+    format: Literal["png", "svg", "vega", "vega-lite"] = Query("png"),
+    max_features: int = Query(20, ge=1, le=1000, description="rows; the rest are summed in one"),
+) -> Response:
+    """A global view of a finished audit after shap's plots: mean |value| per feature
+    (summary), one dot per instance and feature (beeswarm), value against attribution
+    (dependence). 409 while the job runs; 400 for text audits or an unknown feature."""
+    store = _parts(request)[1]
+    job = await anyio.to_thread.run_sync(_job, store, job_id)
+    if job.kind != "audit":
+        raise InvalidInput(f"plots show audits; job {job_id} is a {job.kind} job")
+    if job.status not in FINISHED:
+        raise ApiError(
+            f"job {job_id} is {job.status}: plots need a finished audit", code="job_not_finished"
+        ).with_status(409)
+    results = await anyio.to_thread.run_sync(store.all_results, job_id)
+    explainer = job.request.get("explainer", "")
+    audit = job_plots.audit(results, f"{job.model} · {explainer}")
+    if format in ("vega", "vega-lite"):
+        spec = job_plots.vega_lite(audit, kind, feature, color, max_features)
+        return JSONResponse(spec)
+    image = await anyio.to_thread.run_sync(
+        job_plots.image_bytes, audit, format, kind, feature, color, max_features
+    )
+    return Response(image, media_type={"png": "image/png", "svg": "image/svg+xml"}[format])
 
 
 @router.delete("/v2/jobs/{job_id}", response_model=JobStatus, responses={404: ERROR_RESPONSES[404]})

@@ -172,7 +172,12 @@ def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
         raise ValueError(f"model {model.name!r} has no reference data to learn from")
     x = np.asarray(job.request.get("inputs") or data[: opts["rows"]], dtype=np.float32)
     logodds = model.task == "classification"
-    target = model.predict(x).argmax(axis=1) if logodds else np.zeros(len(x), dtype=np.int64)
+    if opts.get("labels") is not None:  # the paper's target: log-odds of the true label
+        target = np.asarray(opts["labels"], dtype=np.int64)
+    elif logodds:
+        target = model.predict(x).argmax(axis=1)
+    else:
+        target = np.zeros(len(x), dtype=np.int64)
     learned = learn_baseline(
         model.module,
         x.reshape(len(x), -1),
@@ -208,6 +213,7 @@ def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
         {
             0: {
                 "model_version": model.version,
+                "target": "labels" if opts.get("labels") is not None else "predicted",
                 "baseline": learned.baseline.tolist(),
                 "lower": learned.lower.tolist(),
                 "upper": learned.upper.tolist(),
