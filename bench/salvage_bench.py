@@ -3,17 +3,25 @@
 Ground truth: exact Shapley values (all 2^16 coalitions) of the game the explainers are trained
 on, v(S) = surrogate(x with absent patches zeroed), in each objective's units: centred
 log-probabilities (distribution objective) or probabilities (squared error). KernelSHAP runs
-on the same game at budgets 64..1024. Faithfulness: insertion and deletion AUC of the
-classifier's probability of the explained class when patches are added / removed in the order
-of the attributions. Time per explanation: one image at a time, and 100 images in one call.
+on the same game at budgets 64..1024. Every method's error is reported in both units where it
+has values in them: the distribution objective's explainer defines a probability for every
+coalition, softmax(phi_0 + sum_{i in S} psi_i), so its probability-unit values are the exact
+Shapley values of that implied game; the squared objective's additive probabilities have no
+logarithm when they leave (0, 1], so it has none in log-probability units. Faithfulness:
+insertion and deletion AUC of the classifier's probability of the explained class when patches
+are added / removed in the order of the attributions. Time per explanation: one image at a
+time, and 100 images in one call.
 
-    .venv/bin/python -m bench.salvage_bench [--images 40] [--epochs 40]
+    .venv/bin/python -m bench.salvage_bench [--images 40] [--epochs 40] [--seed 0] \
+        [--configs distribution/informed,distribution/uncentred,distribution/informed/T2,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -29,6 +37,49 @@ from models.builtin import dataset_split, load_digits_cnn
 N = 16
 BUDGETS = (64, 128, 256, 512, 1024)
 UNITS = {"distribution": slice(0, 10), "squared": slice(10, 20)}
+UNIT_NAMES = {"distribution": "centred log-prob", "squared": "probability"}
+DEFAULT_CONFIGS = (
+    "distribution/informed,distribution/kernel,distribution/uniform,squared/informed,squared/kernel"
+)
+
+
+@contextlib.contextmanager
+def uncentred_sampler() -> Iterator[None]:
+    """The informed sampler before issue 15: z = scores / std, not centred (for comparison)."""
+    original = salvage.sample_masks
+
+    def old(kind, n, batch, pairs, gen, scores=None, beta=1.0, informed_fraction=0.5):  # type: ignore[no-untyped-def]
+        if kind == "informed" and scores is not None:
+            scores = scores / (scores.std(dim=1, keepdim=True) + 1e-8)
+            n_inf = round(informed_fraction * pairs)
+            prob = torch.sigmoid(beta * scores)[:, None, :].expand(batch, n_inf, n)
+            informed = torch.rand(batch, n_inf, n, generator=gen) < prob
+            rest = salvage.kernel_masks(n, batch * (pairs - n_inf), gen)
+            half = torch.cat([informed, rest.reshape(batch, pairs - n_inf, n)], dim=1)
+            return torch.stack([half, ~half], dim=2).reshape(batch, 2 * pairs, n)
+        return original(kind, n, batch, pairs, gen, scores, beta, informed_fraction)
+
+    salvage.sample_masks = old  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        salvage.sample_masks = original  # type: ignore[assignment]
+
+
+def implied_probability_game(trained: salvage.Trained, x: np.ndarray) -> Any:
+    """The distribution explainer's own game in probabilities: S -> softmax(phi_0 + psi(S)).
+    masks [m, n] -> [m, 20] (probabilities in the second half, as in both_units)."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None]
+    with torch.inference_mode():
+        psi = salvage.centred(trained.explainer(xt))[0].double()  # [n, C]
+    phi0 = salvage.centred(torch.from_numpy(trained.empty_logp)).double()
+
+    def game(masks: np.ndarray) -> np.ndarray:
+        m = torch.from_numpy(np.asarray(masks, dtype=np.float64))
+        probs = torch.softmax(phi0[None] + m @ psi, dim=1)
+        return torch.cat([torch.zeros_like(probs), probs], dim=1).numpy()
+
+    return game
 
 
 def both_units(trained: salvage.Trained, x: np.ndarray) -> Any:
@@ -74,40 +125,43 @@ def main() -> None:
     parser.add_argument("--surrogate-epochs", type=int, default=8)
     parser.add_argument("--pairs", type=int, default=8, help="mask/complement pairs per image")
     parser.add_argument("--only", default=None, help="one configuration: objective/sampler")
+    parser.add_argument(
+        "--configs",
+        default=DEFAULT_CONFIGS,
+        help="comma-separated objective/sampler[/T<temperature>]; sampler `uncentred` is the "
+        "informed sampler before issue 15 (z = scores / std)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the service uses 1)")
+    parser.add_argument("--seed", type=int, default=0, help="training seed of every config")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_digits_cnn(Settings().model_dir)
     x_test = dataset_split("digits-cnn").x_test
     images = x_test[: args.images]
 
-    configs = [
-        ("distribution", "informed"),
-        ("distribution", "kernel"),
-        ("distribution", "uniform"),
-        ("squared", "informed"),
-        ("squared", "kernel"),
-    ]
-    if args.only:
-        objective, sampler = args.only.split("/")
-        configs = [(objective, sampler)]
-    trained: dict[tuple[str, str], salvage.Trained] = {}
+    configs = [tuple(c.strip().split("/")) for c in (args.only or args.configs).split(",")]
+    trained: dict[tuple[str, ...], salvage.Trained] = {}
     surrogate = None
-    for objective, sampler in configs:
+    for config in configs:
+        objective, sampler = config[0], config[1]
+        temperature = float(config[2][1:]) if len(config) > 2 else 1.0
         opts = salvage.SalvageTrainOptions(
-            objective=objective,
-            sampler=sampler,
+            objective=objective,  # type: ignore[arg-type]
+            sampler="informed" if sampler == "uncentred" else sampler,  # type: ignore[arg-type]
             explainer_epochs=args.epochs,
             pairs=args.pairs,
             surrogate_epochs=args.surrogate_epochs,
+            temperature=temperature,
+            seed=args.seed,
         )
         t = time.perf_counter()
-        out = salvage.train(model, opts, surrogate=surrogate)
+        with uncentred_sampler() if sampler == "uncentred" else contextlib.nullcontext():
+            out = salvage.train(model, opts, surrogate=surrogate)
         assert out is not None
-        trained[(objective, sampler)] = out
+        trained[config] = out
         surrogate = out.surrogate
         print(
-            f"trained {objective:12s} {sampler:8s} in {time.perf_counter() - t:6.1f} s "
+            f"trained {'/'.join(config):28s} in {time.perf_counter() - t:6.1f} s "
             f"(held-out {out.metrics})",
             flush=True,
         )
@@ -141,7 +195,7 @@ def main() -> None:
             dels.append(d)
         return {
             "method": name,
-            "units": units,
+            "units": UNIT_NAMES[units],
             "rel_err": np.mean(errs),
             "corr": np.mean(cors),
             "ins": np.mean(ins),
@@ -149,11 +203,18 @@ def main() -> None:
         }
 
     table = []
-    for (objective, sampler), tr in trained.items():
+    for config, tr in trained.items():
         values = salvage.amortized(tr, images).values
         full = np.zeros((len(images), N, 20))
-        full[:, :, UNITS[objective]] = values
-        table.append(rows_for(f"salvage {objective}/{sampler}", objective, lambda j, f=full: f[j]))
+        full[:, :, UNITS[config[0]]] = values
+        name = f"salvage {'/'.join(config)}"
+        table.append(rows_for(name, config[0], lambda j, f=full: f[j]))
+        if config[0] == "distribution":  # its implied probabilities, exact Shapley values
+            implied = [
+                shapley_values(implied_probability_game(tr, x), N, estimator="exact").values
+                for x in images
+            ]
+            table.append(rows_for(name + " (implied)", "squared", lambda j, v=implied: v[j]))
     for units in UNITS:
         for b in BUDGETS:
             table.append(rows_for(f"kernelshap {b}", units, lambda j, b=b: kernel[b][j]))
@@ -169,7 +230,7 @@ def main() -> None:
     # Time per explanation.
     batch = x_test[:100]
     timing = []
-    for key in dict.fromkeys((configs[0], configs[-2 if len(configs) > 1 else 0])):
+    for key in {c[0]: c for c in reversed(configs)}.values():  # one config per objective
         tr = trained[key]
         salvage.amortized(tr, batch[:1])  # warm up
         t = time.perf_counter()
@@ -179,7 +240,7 @@ def main() -> None:
         t = time.perf_counter()
         salvage.amortized(tr, batch)
         batched = (time.perf_counter() - t) / len(batch)
-        timing.append((f"salvage {key[0]}", one, batched))
+        timing.append((f"salvage {'/'.join(key)}", one, batched))
     for b in (64, 256, 1024):
         t = time.perf_counter()
         for j, x in enumerate(batch):

@@ -10,14 +10,18 @@ Two networks are trained on a classifier f:
    game explained is v(S) = g(x_S);
 2. an explainer psi(x) in R^{n x C}: per patch, per class contributions. With the
    `distribution` objective (Salvage) they parameterise the class distribution on masked
-   inputs, p(.|x_S) = softmax((phi_0 + sum_{i in S} psi_i) / T), trained with
-   KL(g(x_S) || p(.|x_S)); values are then in centred log-probability units. With the
-   `squared` objective (FastSHAP / ViT-Shapley) psi regresses the probabilities g(x_S) with
-   n * mean squared error after the additive efficiency projection.
+   inputs, p(.|x_S) = softmax(phi_0 + sum_{i in S} psi_i), trained with
+   KL(g_T(x_S) || softmax((phi_0 + sum_{i in S} psi_i) / T)), where g_T ~ g^(1/T) is the
+   surrogate's distribution at temperature T: the temperature acts on the target and on the
+   prediction alike, so it reweights classes in the loss (T > 1 lifts the unlikely ones) and
+   the network cannot scale it away; values are in centred log-probability units at any T.
+   With the `squared` objective (FastSHAP / ViT-Shapley) psi regresses the probabilities
+   g(x_S) with n * mean squared error after the additive efficiency projection.
 Coalitions: the Shapley-kernel sampler, or "informed" sampling (a product distribution
-P(i in S) = sigmoid(beta * z_i), z = the current explainer's standardised values for the
-predicted class) mixed with the Shapley-kernel sampler; every mask is paired with its
-complement, so informed pairs hold one likely and one unlikely coalition. The informed
+P(i in S) = sigmoid(beta * z_i), z = the current explainer's values for the predicted class,
+standardised: centred and divided by their standard deviation over the players) mixed with
+the Shapley-kernel sampler; every mask is paired with its complement, so informed pairs hold
+one likely and one unlikely coalition. The informed
 sampler's exact form, the temperature's role and the full-coalition term are our
 reconstruction (the paper's code was not available).
 """
@@ -43,6 +47,7 @@ from explainers.maskers import patch_groups
 from models.base import Model
 
 EPS = 1e-7  # probability clip before logs (float32)
+TRAINING_VERSION = "2"  # 2: centred informed sampler, temperature on the target (issue 15)
 
 
 class SalvageTrainOptions(BaseModel):
@@ -70,7 +75,14 @@ class SalvageTrainOptions(BaseModel):
     lr: float = Field(2e-3, gt=0, le=1, description="explainer Adam learning rate")
     surrogate_lr: float = Field(5e-4, gt=0, le=1)
     hidden: int = Field(256, ge=8, le=4096, description="width of the explainer's head")
-    temperature: float = Field(1.0, gt=0, le=100, description="softmax temperature T")
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="distribution objective: temperature T of the target and the prediction "
+        "in the KL loss (T > 1 weighs unlikely classes more); values stay in centred "
+        "log-probabilities",
+    )
     beta: float = Field(1.0, ge=0, le=100, description="informed sampler sharpness")
     informed_fraction: float = Field(
         0.5, ge=0, le=1, description="share of informed pairs (the rest: Shapley kernel)"
@@ -84,7 +96,10 @@ class SalvageTrainOptions(BaseModel):
     def digest(self, data_id: str = "reference") -> str:
         """Hash of the configuration and the training data: an artifact's id within a model
         version."""
-        text = json.dumps([self.model_dump(mode="json"), data_id], sort_keys=True)
+        # The training code's version too: a retrained configuration never reuses an artifact
+        # that older code trained.
+        config = [self.model_dump(mode="json"), data_id, TRAINING_VERSION]
+        text = json.dumps(config, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -169,7 +184,10 @@ def sample_masks(
         half = kernel_masks(n, batch * pairs, gen).reshape(batch, pairs, n)
     elif kind == "informed":
         n_inf = round(informed_fraction * pairs)
-        z = scores / (scores.std(dim=1, keepdim=True) + 1e-8)
+        # Standardised: centred, so about half the players are likelier present than absent
+        # whatever the sign and offset of the current values.
+        mean, std = scores.mean(dim=1, keepdim=True), scores.std(dim=1, keepdim=True)
+        z = (scores - mean) / (std + 1e-8)
         prob = torch.sigmoid(beta * z)[:, None, :].expand(batch, n_inf, n)
         informed = torch.rand(batch, n_inf, n, generator=gen) < prob
         rest = kernel_masks(n, batch * (pairs - n_inf), gen).reshape(batch, pairs - n_inf, n)
@@ -225,7 +243,7 @@ def efficiency_projection(
 def _contributions(net: ExplainerNet, x: torch.Tensor, opts: SalvageTrainOptions) -> torch.Tensor:
     """Raw contributions in the game's units: centred log-probabilities or probabilities."""
     raw = net(x)
-    return centred(raw) / opts.temperature if opts.objective == "distribution" else raw
+    return centred(raw) if opts.objective == "distribution" else raw
 
 
 def _values(logp: torch.Tensor, objective: str) -> torch.Tensor:
@@ -239,14 +257,16 @@ def _loss(
     full_logp: torch.Tensor,
     empty_logp: torch.Tensor,
     objective: str,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """psi [b, n, C]; masks [b, m, n]; surrogate log-probs on the masks [b, m, C], full [b, C]."""
     m = masks.to(psi.dtype)
-    if objective == "distribution":  # KL(g(x_S) || softmax(phi_0 + sum psi)), S = N included
+    if objective == "distribution":  # KL(g_T(x_S) || softmax((phi_0 + sum psi) / T)), S = N too
         logits = centred(empty_logp)[None, None] + m @ psi  # [b, m, C]
         full = centred(empty_logp)[None] + psi.sum(dim=1)  # [b, C]
-        logits = torch.cat([logits, full[:, None]], dim=1)
+        logits = torch.cat([logits, full[:, None]], dim=1) / temperature
         target = torch.cat([target_logp, full_logp[:, None]], dim=1)
+        target = F.log_softmax(target / temperature, dim=-1)  # g^(1/T), renormalised
         kl = (target.exp() * (target - F.log_softmax(logits, dim=-1))).sum(dim=-1)
         return kl.mean()
     empty = empty_logp.exp()
@@ -344,7 +364,9 @@ def train(
                 with torch.no_grad():
                     target = log_probs(surrogate, masked(x_train[idx], masks, groups))
                 target = target.reshape(len(idx), masks.shape[1], -1)
-                loss = _loss(psi, masks, target, g_train[idx], empty_logp, opts.objective)
+                loss = _loss(
+                    psi, masks, target, g_train[idx], empty_logp, opts.objective, opts.temperature
+                )
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -388,7 +410,7 @@ def _held_out(
         psi = _contributions(explainer, x, opts)
         masks = sample_masks("kernel", n, len(x), 4, gen)
         target = log_probs(surrogate, masked(x, masks, groups)).reshape(len(x), 8, -1)
-        loss = _loss(psi, masks, target, g_logp, empty_logp, opts.objective)
+        loss = _loss(psi, masks, target, g_logp, empty_logp, opts.objective, opts.temperature)
         out = {"held_out_loss": float(loss)}
         if opts.objective == "distribution":
             logp = F.log_softmax(centred(empty_logp)[None] + psi.sum(dim=1), dim=1)

@@ -74,13 +74,47 @@ def test_kernel_sampler_follows_the_shapley_kernel() -> None:
     np.testing.assert_allclose(masks.float().mean(dim=0).numpy(), 0.5, atol=0.01)
 
 
-def test_informed_sampler_prefers_important_players() -> None:
+@pytest.mark.parametrize("offset", [0.0, 2.0, -50.0])
+def test_informed_sampler_standardises_the_scores(offset: float) -> None:
+    """P(i in S) = sigmoid(beta z_i), z centred and scaled: an offset common to every player
+    (e.g. all values positive for a confident class) changes nothing."""
     gen = torch.Generator().manual_seed(2)
-    scores = torch.tensor([[3.0, 1.0, 0.0, -1.0, -3.0]])
+    scores = torch.tensor([[3.0, 1.5, 0.5, -1.0, -2.0]]) + offset
     masks = salvage.sample_masks("informed", 5, 1, 40_000, gen, scores, 1.0, 1.0)
-    z = scores / scores.std(dim=1, keepdim=True)
+    z = (scores - scores.mean()) / scores.std()
     freq = masks[0, 0::2].float().mean(dim=0)  # informed halves; the others are complements
     np.testing.assert_allclose(freq.numpy(), torch.sigmoid(z[0]).numpy(), atol=0.01)
+    assert freq[0] > 0.5 > freq[-1]  # likelier present: the more important players
+
+
+def _additive_case(seed: int) -> tuple[torch.Tensor, ...]:
+    """A game that is additive in centred log-probabilities, and its exact contributions."""
+    gen = torch.Generator().manual_seed(seed)
+    b, n, c, m = 3, 6, 4, 10
+    psi = salvage.centred(torch.randn(b, n, c, generator=gen, dtype=torch.float64))
+    empty_logp = torch.log_softmax(torch.randn(c, generator=gen, dtype=torch.float64), dim=0)
+    masks = torch.rand(b, m, n, generator=gen) < 0.5
+    target = torch.log_softmax(empty_logp[None, None] + masks.double() @ psi, dim=-1)
+    full = torch.log_softmax(empty_logp[None] + psi.sum(dim=1), dim=-1)
+    return psi, masks, target, full, empty_logp
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 3.0])
+def test_temperature_acts_on_the_target(temperature: float) -> None:
+    """The exact contributions minimise the loss at every T (values keep their units), and
+    rescaled outputs do not: the network cannot learn the temperature away."""
+    psi, masks, target, full, empty = _additive_case(0)
+
+    def loss(p: torch.Tensor, t: float) -> float:
+        return float(salvage._loss(p, masks, target, full, empty, "distribution", t))
+
+    assert loss(psi, temperature) == pytest.approx(0.0, abs=1e-12)
+    if temperature != 1.0:  # the old rule, logits = outputs / T, was fitted by T * psi
+        assert loss(temperature * psi, temperature) > 1e-3
+        assert loss(psi / temperature, temperature) > 1e-3
+    # Away from the optimum, T reweighs the classes: the loss differs with T.
+    noisy = psi + 0.3 * salvage.centred(torch.ones_like(psi).cumsum(dim=-1))
+    assert loss(noisy, 3.0) != pytest.approx(loss(noisy, 1.0), rel=1e-3)
 
 
 def test_efficiency_projection_closed_form() -> None:
