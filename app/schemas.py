@@ -37,8 +37,9 @@ class ExplainRequestBase(BaseModel):
         None,
         ge=1,
         le=3_600_000,
-        description="time limit from arrival: 504 when it passes, or for the permutation "
-        "estimator the anytime estimate reached so far (meta.partial true, not cached)",
+        description="time limit from arrival: 504 when it passes, or for the sampled Shapley "
+        "estimators (permutation, kernel) the anytime estimate of the rounds completed so far "
+        "(meta.partial true, not cached)",
     )
 
 
@@ -161,6 +162,12 @@ class ExplainMeta(BaseModel):
         False, description="true when timeout_ms cut a sampling estimator short (fewer samples)"
     )
     parameters: dict[str, Any]
+    precision: dict[str, Any] | None = Field(
+        None,
+        description="with parameters.target_se: {target_se, reached (every instance), "
+        "max_error_std (the worst instance, explained output), rounds (the most)}; each "
+        "explanation's details.precision has its own",
+    )
     background_audit: dict[str, Any] | None = Field(
         None,
         description="when the request sends its own background: KS and Wald tests of model "

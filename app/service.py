@@ -28,6 +28,7 @@ from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
 from explainers import cocoa
+from explainers.budget import ceiling
 from explainers.caveats import with_caveats
 from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
@@ -211,7 +212,7 @@ class ExplainService:
         model, spec, req, status = p.model, p.spec, p.req, p.status
         start = time.perf_counter()
         try:
-            with deadline(p.deadline):
+            with deadline(p.deadline), ceiling(self.settings.max_budget):
                 result = spec.run(
                     model,
                     p.inputs,
@@ -226,8 +227,9 @@ class ExplainService:
                 result = attach_evaluation(p, result)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
-                f"timeout_ms={req.timeout_ms} passed before an answer; raise it, lower the "
-                "budget, or use estimator permutation for an anytime (partial) estimate"
+                f"timeout_ms={req.timeout_ms} passed before an answer (the sampled Shapley "
+                "estimators answer from their first completed round on, and not one fitted); "
+                "raise it or lower the budget"
             ) from exc
         except (ExplainerError, ModelError) as exc:
             raise from_library(exc) from exc

@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from explainers.estimators.exact import MAX_PLAYERS
 
+TARGET_FACTOR = 64  # with a precision target, the default budget is this many times the usual
+TARGET_CEILING = 1 << 24  # ... and at most this many model evaluations (the service's MAX_BUDGET)
 
-def default_budget(n_players: int, cost: int = 1, estimator: str = "auto") -> int:
-    """All 2^n coalitions for exact; else shap's 2n + 2048, capped at 2^n (then exact)."""
+# The caller's ceiling on default budgets (the service's MAX_BUDGET); a context variable so that
+# it reaches the explainer without a setting in the library.
+_CEILING: ContextVar[int] = ContextVar("budget_ceiling", default=TARGET_CEILING)
+
+
+@contextmanager
+def ceiling(rows: int) -> Iterator[None]:
+    """Bound the generous default budget of precision targets by `rows` model evaluations."""
+    token = _CEILING.set(rows)
+    try:
+        yield
+    finally:
+        _CEILING.reset(token)
+
+
+def default_budget(
+    n_players: int, cost: int = 1, estimator: str = "auto", target: bool = False
+) -> int:
+    """All 2^n coalitions for exact; else shap's 2n + 2048, capped at 2^n (then exact).
+
+    With a precision target (the sampling stops when it is met): TARGET_FACTOR times that,
+    capped at the ceiling (never below the usual default).
+    """
     coalitions = 2 * n_players + 2048
     if estimator == "exact":
         coalitions = 1 << n_players
     elif n_players <= MAX_PLAYERS:
         coalitions = min(coalitions, 1 << n_players)
+    if target and estimator != "exact":
+        # Not capped at 2^n: the estimators stop there themselves (kernel: exact; permutation:
+        # further permutations are free), and auto's race spends some on the loser first.
+        generous = TARGET_FACTOR * coalitions
+        coalitions = max(coalitions, min(generous, _CEILING.get() // max(cost, 1)))
     return coalitions * cost

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -15,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from explainers import api_allocation, audit, interactions, shapley_trees
 from explainers import text as text_game
 from explainers.budget import default_budget
-from explainers.estimators import exact, kernel, permutation
-from explainers.estimators.base import Estimate
+from explainers.estimators import exact, kernel, permutation, rounds
+from explainers.estimators.base import Estimate, OutputRule, Precision, Target
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, ExplainerError, Game, GameRecorder, rows_per_coalition
 from explainers.maskers import MaskedModelGame, patch_groups
@@ -28,15 +29,15 @@ VERSION = "1"
 @dataclass(frozen=True)
 class EstimatorSpec:
     name: str
-    run: Callable[[GameRecorder, np.random.Generator, str], Estimate]
+    run: Callable[[GameRecorder, np.random.Generator, str, Target | None], Estimate]
     min_coalitions: Callable[[int], int]
 
 
 ESTIMATORS: tuple[EstimatorSpec, ...] = (
-    EstimatorSpec("exact", lambda rec, rng, _s: exact.exact(rec, rng), exact.min_coalitions),
+    EstimatorSpec("exact", lambda rec, rng, _s, _t: exact.exact(rec, rng), exact.min_coalitions),
     EstimatorSpec(
         "permutation",
-        lambda rec, rng, _s: permutation.permutation(rec, rng),
+        lambda rec, rng, _s, t: permutation.permutation(rec, rng, t),
         permutation.min_coalitions,
     ),
     EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
@@ -46,11 +47,19 @@ if len(_BY_NAME) != len(ESTIMATORS):
     raise ValueError("duplicate estimator names")
 
 
-def choose_estimator(estimator: str, n_players: int, budget: int, cost: int = 1) -> str:
-    """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices."""
+def choose_estimator(
+    estimator: str, n_players: int, budget: int, cost: int = 1, target: bool = False
+) -> str:
+    """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices.
+
+    With a precision target, exact only when 2^n also fits the no-target default budget
+    (2n + 2048 coalitions); else `kernel` here and a race in `shapley_values`.
+    """
     coalitions = budget // cost
     if estimator == "auto":
         fits = n_players <= exact.MAX_PLAYERS and (1 << n_players) <= coalitions
+        if target:
+            fits = fits and (1 << n_players) <= default_budget(n_players)
         estimator = "exact" if fits or n_players == 1 else "kernel"
     if estimator not in _BY_NAME:
         raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
@@ -74,20 +83,39 @@ def shapley_values(
     budget: int | None = None,
     seed: int = 0,
     sampler: str = "kernel",
+    target_se: float | None = None,
+    target_output: OutputRule = None,
 ) -> Estimate:
     """Shapley values of `game` (bool masks [m, n] -> values [m] or [m, k]).
 
     `budget` counts model evaluations: coalitions times `game.rows_per_coalition` (default 1).
+    `target_se`: sample in rounds until every error_std of `target_output` (an index, a rule
+    from v(all) to an index, or None: all outputs) is at most this, or the budget is spent.
     """
     if n_players < 1:
         raise OptionError("a game needs at least one player")
+    if target_se is not None and not (np.isfinite(target_se) and target_se > 0):
+        raise OptionError(f"target_se must be a positive number, got {target_se}")
     cost = rows_per_coalition(game)
-    budget = default_budget(n_players, cost, estimator) if budget is None else budget
-    name = choose_estimator(estimator, n_players, budget, cost)
+    target = None if target_se is None else Target(float(target_se), target_output)
+    if budget is None:
+        budget = default_budget(n_players, cost, estimator, target=target is not None)
+    name = choose_estimator(estimator, n_players, budget, cost, target=target is not None)
     if n_players == 1:
         name = "exact"
     recorder = GameRecorder(game, n_players, budget)
-    return _BY_NAME[name].run(recorder, np.random.default_rng(seed), sampler)
+    rng = np.random.default_rng(seed)
+    if target is not None and estimator == "auto" and name != "exact":
+        perm_rng, kernel_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
+        contenders = {
+            "permutation": permutation.rounds(recorder, perm_rng),
+            "kernel": kernel.rounds(recorder, kernel_rng, sampler),
+        }
+        return rounds.race(contenders, recorder, target)
+    est = _BY_NAME[name].run(recorder, rng, sampler, target)
+    if target is not None and est.precision is None:  # exact
+        est = replace(est, precision=Precision(target.se, True, 0.0, 1))
+    return est
 
 
 class MaskerOptions(BaseModel):
@@ -151,6 +179,14 @@ class ShapleyOptions(BaseModel):
         "delete",
         description="text models: an absent player is deleted, or replaced by the model's mask "
         "token",
+    )
+    target_se: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="sampled Shapley values (index SV): sample in rounds until every error_std "
+        "of the explained output is at most this, or the budget is spent (meta.precision); "
+        "without a budget, a generous one (64x the default, at most MAX_BUDGET)",
     )
 
 
@@ -219,7 +255,8 @@ def _array_plan(
     else:
         groups, names = np.arange(model.n_features), list(model.feature_names)
     n_players, cost = len(names), references.shape[0]
-    budget = default_budget(n_players, cost, options.estimator) if budget is None else budget
+    if budget is None:
+        budget = default_budget(n_players, cost, options.estimator, options.target_se is not None)
     space = shapley_trees.output_space(model, options.output)
     predict = model.tree.margin if space == "margin" and model.tree is not None else model.predict
     games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
@@ -252,7 +289,8 @@ def _text_plan(
         for game in text_game.text_games(model, inputs, options.players, options.absence)
     ]
     longest = max(n for _, n, _ in games)
-    budget = default_budget(longest, 1, options.estimator) if budget is None else budget
+    if budget is None:
+        budget = default_budget(longest, 1, options.estimator, options.target_se is not None)
     echo = options.model_dump(exclude={"masker", "patch_size", "output"})
     if options.absence == "mask":
         echo["mask_token"] = model.mask_token
@@ -275,9 +313,7 @@ def explain(
     if model.tree is not None or options.estimator == "tree" or options.output == "margin":
         space = shapley_trees.output_space(model, options.output)
         custom = background is not None or options.masker is not None
-        reason = shapley_trees.why_not_tree(
-            model, space, options.index, options.max_order, custom
-        )
+        reason = shapley_trees.why_not_tree(model, space, options.index, options.max_order, custom)
         if options.estimator == "tree" and reason is not None:
             raise OptionError(reason)
         if options.estimator in ("auto", "tree") and reason is None:
@@ -290,9 +326,13 @@ def explain(
         plan = _text_plan(model, inputs, options, budget)
     else:
         plan = _array_plan(model, inputs, options, budget, background)
+    if options.target_se is not None and options.index != "SV":
+        raise OptionError("target_se applies to Shapley values (index SV)")
     if options.index == "SV":  # fail before any model call
         for n in sorted({n for _, n, _ in plan.games}):
-            choose_estimator(options.estimator, n, plan.budget, plan.cost)
+            choose_estimator(
+                options.estimator, n, plan.budget, plan.cost, options.target_se is not None
+            )
     explain_one = {"SV": _shapley_one, "API": _api_one}.get(options.index, _interactions_one)
     explanations = []
     for game, n_players, players in plan.games:
@@ -313,6 +353,8 @@ def explain(
     if background is not None:
         outputs = sorted({e.output_index for e in explanations})
         meta["background_audit"] = _audit(model, background, outputs, seed, reference)
+    if options.target_se is not None:
+        meta["precision"] = _precision(options.target_se, explanations)
     return ExplainResult(tuple(explanations), plan.names, echo, plan.budget, additive, meta)
 
 
@@ -373,6 +415,17 @@ def _audit(
     return {**result, "n_model_evals": len(background) + len(reference), "reference": source}
 
 
+def _precision(target_se: float, explanations: list[Explanation]) -> dict[str, Any]:
+    """meta.precision: the worst instance (each explanation has its own in details)."""
+    each = [e.details["precision"] for e in explanations if e.details and "precision" in e.details]
+    return {
+        "target_se": target_se,
+        "reached": all(p["reached"] for p in each),
+        "max_error_std": max((p["max_error_std"] for p in each), default=0.0),
+        "rounds": max((p["rounds"] for p in each), default=0),
+    }
+
+
 def _shapley_one(
     game: Game,
     n_players: int,
@@ -389,15 +442,27 @@ def _shapley_one(
         budget=budget,
         seed=seed,
         sampler=options.sampler,
+        target_se=options.target_se,
+        target_output=target if target is not None else partial(_explained, model),
     )
     return _pick(est, model, target)
+
+
+def _explained(model: Model, full_value: np.ndarray) -> int:
+    """The output explained without a target: the predicted class, or the single output."""
+    return int(np.argmax(full_value)) if model.task == "classification" else 0
 
 
 def _pick(est: Estimate, model: Model, target: int | None) -> Explanation:
     """One output of a multi-output estimate: the target, else the predicted class."""
     out = target
     if out is None:
-        out = int(np.argmax(est.full_value)) if model.task == "classification" else 0
+        out = _explained(model, np.atleast_1d(est.full_value))
+    details = None
+    if est.precision is not None:
+        p = est.precision
+        worst = 0.0 if est.error_std is None else float(np.max(est.error_std[:, out]))
+        details = {"precision": {**p.as_dict(), "max_error_std": worst}}
     return Explanation(
         output_index=out,
         values=est.values[:, out],
@@ -408,6 +473,7 @@ def _pick(est: Estimate, model: Model, target: int | None) -> Explanation:
         estimator=est.estimator,
         error_std=None if est.error_std is None else est.error_std[:, out],
         partial=est.partial,
+        details=details,
     )
 
 

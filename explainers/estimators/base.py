@@ -2,9 +2,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+# Which output a precision target watches: an index, a rule from v(all) [k] to an index, or None
+# for every output.
+OutputRule = int | Callable[[np.ndarray], int] | None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Sample until the standard error of every watched value is at most `se`."""
+
+    se: float
+    output: OutputRule = None
+
+    def worst(self, est: Estimate) -> float:
+        """Largest error_std over the watched output(s); 0 when exact, inf when unknown."""
+        if est.exact:
+            return 0.0
+        if est.error_std is None:
+            return float("inf")
+        error = est.error_std if est.error_std.ndim == 2 else est.error_std[:, None]
+        out = self.output
+        if callable(out):
+            out = out(np.atleast_1d(est.full_value))
+        return float(np.max(error if out is None else error[:, out]))
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a precision target ended: `reached` is false when the budget (or the deadline) came
+    first; `max_error_std` is over the watched output(s)."""
+
+    target_se: float
+    reached: bool
+    max_error_std: float
+    rounds: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target_se": self.target_se,
+            "reached": self.reached,
+            "max_error_std": self.max_error_std,
+            "rounds": self.rounds,
+        }
 
 
 @dataclass(frozen=True)
@@ -23,6 +68,7 @@ class Estimate:
     estimator: str
     error_std: np.ndarray | None = None  # standard error per value, same shape as values
     partial: bool = False  # stopped early at the deadline: an anytime estimate on fewer samples
+    precision: Precision | None = None  # with a target_se: whether it was reached
 
     @property
     def efficiency_gap(self) -> np.ndarray:

@@ -7,15 +7,17 @@ Musco & Witter (2025), "Provably accurate Shapley value estimation via leverage 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from itertools import combinations, pairwise
 from math import comb
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from explainers.estimators.base import Estimate
+from explainers.estimators.base import Estimate, Target
+from explainers.estimators.rounds import Round, Slicer, caps, drive
 from explainers.games import BudgetError, GameRecorder
 
 N_JACKKNIFE = 32
@@ -39,22 +41,6 @@ def _size_weight(n: int, s: int) -> float:
     return (n - 1) / (comb(n, s) * s * (n - s))
 
 
-@dataclass(frozen=True)
-class Design:
-    """Regression rows: enumerated coalitions with kernel weights, then sampled ones."""
-
-    enumerated: np.ndarray  # [e, n]
-    enumerated_weights: np.ndarray  # [e]
-    sampled: np.ndarray  # [u, n] distinct
-    draw_coalition: np.ndarray  # [2 * n_pairs] row of `sampled` per drawn coalition, pair-major
-    draw_weight: np.ndarray  # [2 * n_pairs] kernel weight / inclusion probability
-    n_pairs: int
-
-    @property
-    def exact(self) -> bool:
-        return self.sampled.shape[0] == 0
-
-
 def _full_size(n: int, size: int) -> np.ndarray:
     """Every coalition of one size. [C(n, size), n]"""
     members = np.array(list(combinations(range(n), size)), dtype=np.int64).reshape(-1, size)
@@ -63,84 +49,166 @@ def _full_size(n: int, size: int) -> np.ndarray:
     return masks
 
 
-def design(n: int, coalitions: int, sampler: str, rng: np.random.Generator) -> Design:
-    """Plan the coalitions for a budget of `coalitions` (empty and full included)."""
-    if sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; use one of {SAMPLERS}")
-    if coalitions < min_coalitions(n):
-        raise BudgetError(f"budget too small for KernelSHAP ({min_coalitions(n)} coalitions)")
-    left = coalitions - 2
-    groups = list(range(1, n // 2 + 1))  # size groups {s, n-s}
-    mass = {s: _size_weight(n, s) * comb(n, s) * (1 if 2 * s == n else 2) for s in groups}
-    masks: list[np.ndarray] = [np.zeros((0, n), dtype=bool)]
-    weights: list[np.ndarray] = [np.zeros(0)]
-    # Enumerate whole groups, largest kernel mass first, while sampling would cover them anyway.
-    while groups:
-        s = groups[0]
-        count = comb(n, s) * (1 if 2 * s == n else 2)
-        if count > left or left * mass[s] / sum(mass[g] for g in groups) < count:
-            break
-        for size in sorted({s, n - s}):
-            masks.append(_full_size(n, size))
-            weights.append(np.full(comb(n, size), _size_weight(n, size)))
-        left -= count
-        groups.pop(0)
-    enumerated, fixed = np.concatenate(masks), np.concatenate(weights)
-    empty = np.zeros(0, dtype=np.int64)
-    if not groups:
-        return Design(enumerated, fixed, np.zeros((0, n), bool), empty, np.zeros(0), 0)
-    if sampler == "kernel":
-        q = np.array([mass[s] for s in groups])
-    else:  # leverage scores 1/C(n,|S|): every size equally likely
-        q = np.array([1.0 if 2 * s == n else 2.0 for s in groups])
-    q = q / q.sum()
-    sizes = np.array(groups)
-    incl = q * np.where(2 * sizes == n, 2, 1) / np.array([comb(n, int(s)) for s in sizes])
-    seen: dict[bytes, int] = {}  # canonical pair key -> pair row (rows 2p and 2p+1)
-    rows: list[np.ndarray] = []  # [pairs_i, 2, n] new distinct pairs per round
-    draw_pairs: list[np.ndarray] = []  # pair row of every accepted draw, in draw order
-    draw_groups: list[np.ndarray] = []
-    for _ in range(64):  # rounds; late rounds mostly hit coalitions already drawn
-        if left < 2:
-            break
-        batch = max(left, 16)
-        g = rng.choice(len(groups), size=batch, p=q)
-        picked = np.argsort(rng.random((batch, n)), axis=1) < sizes[g][:, None]
-        canonical = np.where(picked[:, :1], picked, ~picked)  # one key per complement pair
-        packed = np.packbits(canonical, axis=1)
-        uniq, first, inverse = np.unique(
-            packed.view(f"V{packed.shape[1]}").ravel(), return_index=True, return_inverse=True
-        )
-        known = np.array([seen.get(k, -1) for k in uniq.tolist()], dtype=np.int64)
-        fresh = np.flatnonzero(known < 0)
-        fresh = fresh[np.argsort(first[fresh])]  # in order of first draw
-        take = fresh[: left // 2]
-        # Draws are accepted in order up to the first new pair that no longer fits.
-        cutoff = int(first[fresh[left // 2]]) if len(fresh) > left // 2 else batch
-        known[take] = len(seen) + np.arange(len(take))
-        seen.update(zip(uniq[take].tolist(), known[take].tolist(), strict=True))
-        new = canonical[first[take]]
-        rows.append(np.stack([new, ~new], axis=1))
-        draw_pairs.append(known[inverse.ravel()[:cutoff]])
-        draw_groups.append(g[:cutoff])
-        left -= 2 * len(take)
-    if not seen:
-        return Design(enumerated, fixed, np.zeros((0, n), bool), empty, np.zeros(0), 0)
-    sampled = np.concatenate(rows).reshape(-1, n)
-    pair_rows = np.concatenate(draw_pairs)
-    n_pairs = pair_rows.shape[0]
-    coalition = np.stack([2 * pair_rows, 2 * pair_rows + 1], axis=1).ravel()
-    all_draws = sampled[coalition]  # the two members of each pair weigh the same
-    kernel_w = np.array([_size_weight(n, s) for s in range(n + 1) if 0 < s < n])
-    draw_w = kernel_w[all_draws.sum(axis=1) - 1] / np.repeat(incl[np.concatenate(draw_groups)], 2)
-    return Design(
-        enumerated,
-        fixed,
-        sampled,
-        coalition,
-        draw_w,
-        n_pairs,
-    )
+def _keys(masks: np.ndarray) -> list[bytes]:
+    packed = np.packbits(masks, axis=1)
+    return packed.view(f"V{packed.shape[1]}").ravel().tolist()
+
+
+@dataclass(frozen=True)
+class Design:
+    """A snapshot of the regression rows, as rows of the value store."""
+
+    masks: np.ndarray  # [rows, n] the store's coalitions
+    enumerated: np.ndarray  # [e] store rows of the enumerated coalitions
+    enumerated_weights: np.ndarray  # [e] kernel weights
+    draws: np.ndarray  # [2 * n_pairs] store rows of the drawn coalitions, pair-major
+    draw_weight: np.ndarray  # [2 * n_pairs] kernel weight / inclusion probability
+    n_pairs: int
+
+    @property
+    def exact(self) -> bool:
+        return self.n_pairs == 0
+
+
+class Planner:
+    """The coalitions of KernelSHAP for a growing budget, every earlier one kept.
+
+    Size groups {s, n-s} are enumerated, largest kernel mass first, once sampling would cover
+    them anyway; the rest are sampled in complement pairs. Draws from a group that becomes
+    enumerated later leave the sample (their coalitions are reused): restricted to the groups
+    still sampled, the earlier draws follow exactly the new size distribution, so every draw
+    that remains is an i.i.d. draw of the current sampler.
+    """
+
+    def __init__(self, n: int, sampler: str, rng: np.random.Generator) -> None:
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; use one of {SAMPLERS}")
+        self.n, self.sampler, self.rng = n, sampler, rng
+        self.groups = list(range(1, n // 2 + 1))  # size groups {s, n-s} still sampled
+        self.mass = {
+            s: _size_weight(n, s) * comb(n, s) * (1 if 2 * s == n else 2) for s in self.groups
+        }
+        self.index: dict[bytes, int] = {}  # coalition -> row of the value store
+        self.masks: list[np.ndarray] = []  # store rows, in blocks
+        self.enumerated_count = 0
+        self.enumerated_rows: list[np.ndarray] = []
+        self.enumerated_weights: list[np.ndarray] = []
+        self.draw_rows: list[np.ndarray] = []  # canonical member's store row per draw
+        self.draw_groups: list[np.ndarray] = []  # group (smaller size) per draw
+
+    @property
+    def size(self) -> int:
+        return len(self.index)
+
+    @property
+    def exact(self) -> bool:
+        return not self.groups
+
+    def _add(self, masks: np.ndarray) -> None:
+        """Append coalitions to the store (callers pass only new ones)."""
+        keys = _keys(masks)
+        self.index.update(zip(keys, range(self.size, self.size + len(keys)), strict=True))
+        self.masks.append(masks)
+
+    def extend(self, cap: int) -> np.ndarray:
+        """Plan up to `cap` coalitions in all; returns the new ones, in store order. [m, n]"""
+        start = self.size
+        n = self.n
+        if start == 0:
+            ends = np.zeros((2, n), dtype=bool)
+            ends[1] = True
+            self._add(ends)
+        self._enumerate(cap)
+        self._sample(cap)
+        return np.concatenate(self.masks)[start:] if self.size > start else np.zeros((0, n), bool)
+
+    def _enumerate(self, cap: int) -> None:
+        n = self.n
+        while self.groups:
+            s = self.groups[0]
+            count = comb(n, s) * (1 if 2 * s == n else 2)
+            left = cap - 2 - self.enumerated_count
+            share = self.mass[s] / sum(self.mass[g] for g in self.groups)
+            if count > left or left * share < count:
+                break
+            sizes = sorted({s, n - s})
+            masks = [_full_size(n, size) for size in sizes]
+            keys = [_keys(m) for m in masks]
+            fresh = [np.array([k not in self.index for k in ks], dtype=bool) for ks in keys]
+            if sum(int(f.sum()) for f in fresh) > cap - self.size:
+                break  # sampled coalitions of other groups took the room: a later round
+            for m, f in zip(masks, fresh, strict=True):
+                if f.any():
+                    self._add(m[f])
+            for size, ks in zip(sizes, keys, strict=True):
+                self.enumerated_rows.append(np.array([self.index[k] for k in ks], dtype=np.int64))
+                self.enumerated_weights.append(np.full(len(ks), _size_weight(n, size)))
+            self.enumerated_count += count
+            self.groups.pop(0)
+
+    def _probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """Group probabilities q and each pair's inclusion probability, per sampled group."""
+        n, groups = self.n, self.groups
+        if self.sampler == "kernel":
+            q = np.array([self.mass[s] for s in groups])
+        else:  # leverage scores 1/C(n,|S|): every size equally likely
+            q = np.array([1.0 if 2 * s == n else 2.0 for s in groups])
+        q = q / q.sum()
+        sizes = np.array(groups)
+        incl = q * np.where(2 * sizes == n, 2, 1) / np.array([comb(n, int(s)) for s in sizes])
+        return q, incl
+
+    def _sample(self, cap: int) -> None:
+        if not self.groups:
+            return
+        n, rng = self.n, self.rng
+        q, _ = self._probabilities()
+        sizes = np.array(self.groups)
+        for _ in range(64):  # batches; late ones mostly hit coalitions already drawn
+            left = cap - self.size
+            if left < 2:
+                break
+            batch = max(left, 16)
+            g = rng.choice(len(sizes), size=batch, p=q)
+            picked = np.argsort(rng.random((batch, n)), axis=1) < sizes[g][:, None]
+            canonical = np.where(picked[:, :1], picked, ~picked)  # one key per complement pair
+            packed = np.packbits(canonical, axis=1)
+            uniq, first, inverse = np.unique(
+                packed.view(f"V{packed.shape[1]}").ravel(), return_index=True, return_inverse=True
+            )
+            known = np.array([self.index.get(k, -1) for k in uniq.tolist()], dtype=np.int64)
+            fresh = np.flatnonzero(known < 0)
+            fresh = fresh[np.argsort(first[fresh])]  # in order of first draw
+            take = fresh[: left // 2]
+            # Draws are accepted in order up to the first new pair that no longer fits.
+            cutoff = int(first[fresh[left // 2]]) if len(fresh) > left // 2 else batch
+            known[take] = self.size + 2 * np.arange(len(take))
+            new = canonical[first[take]]
+            self._add(np.stack([new, ~new], axis=1).reshape(-1, n))
+            self.draw_rows.append(known[inverse.ravel()[:cutoff]])
+            self.draw_groups.append(sizes[g[:cutoff]])
+
+    def design(self) -> Design:
+        """The regression rows of everything planned so far."""
+        n = self.n
+        store = np.concatenate(self.masks)
+        enumerated = np.concatenate([np.zeros(0, np.int64), *self.enumerated_rows])
+        weights = np.concatenate([np.zeros(0), *self.enumerated_weights])
+        if not self.groups or not self.draw_rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return Design(store, enumerated, weights, empty, np.zeros(0), 0)
+        rows = np.concatenate(self.draw_rows)
+        groups = np.concatenate(self.draw_groups)
+        keep = np.isin(groups, self.groups)  # draws of groups enumerated since leave the sample
+        rows, groups = rows[keep], groups[keep]
+        _, incl = self._probabilities()
+        incl_of = dict(zip(self.groups, incl.tolist(), strict=True))
+        member_size = store[rows].sum(axis=1)
+        kernel_w = np.array([_size_weight(n, int(s)) for s in member_size])
+        w = kernel_w / np.array([incl_of[int(g)] for g in groups])
+        # The two members of each pair weigh the same (w(s) = w(n - s)).
+        draws = np.stack([rows, rows + 1], axis=1).ravel()
+        return Design(store, enumerated, weights, draws, np.repeat(w, 2), len(rows))
 
 
 def _system(
@@ -160,22 +228,52 @@ def _solve(a: np.ndarray, b: np.ndarray, total: np.ndarray) -> np.ndarray:
     return np.concatenate([head, total[None, :] - head.sum(axis=0, keepdims=True)])
 
 
-def kernel(recorder: GameRecorder, rng: np.random.Generator, sampler: str = "kernel") -> Estimate:
+def kernel(
+    recorder: GameRecorder,
+    rng: np.random.Generator,
+    sampler: str = "kernel",
+    target: Target | None = None,
+) -> Estimate:
     """KernelSHAP with paired sampling, exact small sizes and the efficiency constraint.
 
-    The standard error comes from a delete-a-group jackknife over the sampled pairs.
+    Runs in rounds (rounds.py); the standard error comes from a delete-a-group jackknife over
+    the sampled pairs.
     """
+    return drive(rounds(recorder, rng, sampler), recorder, target)
+
+
+def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> Iterator[Round]:
+    """Rounds of coalitions (see rounds.py); each yields the estimate of all so far."""
     n = recorder.n_players
-    remaining = recorder.remaining
-    budget = (1 << n) if remaining is None else min(remaining, 1 << n)
-    plan = design(n, budget, sampler, rng)
-    ends = np.zeros((2, n), dtype=bool)
-    ends[1] = True
-    # The plan's coalitions are distinct by construction: skip the memo's hashing.
-    values = recorder.evaluate_distinct(np.concatenate([ends, plan.enumerated, plan.sampled]))
-    base, full = values[0], values[1]
+    planner = Planner(n, sampler, rng)
+    slicer = Slicer(recorder, distinct=True)  # the plan's coalitions are distinct by construction
+    values: list[np.ndarray] = []
+    for index, cap in enumerate(caps(n), start=1):
+        remaining = recorder.remaining
+        limit = min(cap, 1 << n, planner.size + (1 << n if remaining is None else remaining))
+        if index == 1 and limit < min_coalitions(n):
+            raise BudgetError(f"budget too small for KernelSHAP ({min_coalitions(n)} coalitions)")
+        masks = planner.extend(limit)
+        if masks.shape[0] == 0 and index > 1:
+            return
+        values.append(slicer(masks))
+        design = planner.design()
+        yield Round(
+            partial(_estimate, recorder, design, tuple(values)),
+            samples=design.n_pairs,
+            coalitions=planner.size,
+            index=index,
+            exact=design.exact,
+        )
+        if design.exact:
+            return
+
+
+def _estimate(recorder: GameRecorder, plan: Design, values: tuple[np.ndarray, ...]) -> Estimate:
+    table = np.concatenate(values)  # [store rows, k]
+    base, full = table[0], table[1]
     total = full - base
-    y = values[2:] - base[None, :]
+    y = table - base[None, :]
     with _blas().limit(limits=1, user_api="blas"):  # tiny products; BLAS threads only contend
         phi, error = _fit(plan, y, total)
     return Estimate(
@@ -191,15 +289,18 @@ def kernel(recorder: GameRecorder, rng: np.random.Generator, sampler: str = "ker
 
 
 def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Solve the regression; jackknife standard errors when coalitions were sampled."""
-    e = plan.enumerated.shape[0]
-    a, b = _system(plan.enumerated, y[:e], total, plan.enumerated_weights)
+    """Solve the regression; jackknife standard errors when coalitions were sampled.
+
+    `y` holds v(S) - v(empty) for every store row; the plan names the rows it uses.
+    """
+    masks = plan.masks
+    a, b = _system(masks[plan.enumerated], y[plan.enumerated], total, plan.enumerated_weights)
     error = None
     if not plan.exact:
-        # Sampled rows one per draw, in draw order; pairs are i.i.d., so contiguous blocks
-        # of pairs are the jackknife groups.
-        draws = plan.sampled[plan.draw_coalition]
-        y_draws = y[e:][plan.draw_coalition]
+        # Rows one per draw, in draw order; pairs are i.i.d., so contiguous blocks of pairs
+        # are the jackknife groups.
+        draws = masks[plan.draws]
+        y_draws = y[plan.draws]
         w = plan.draw_weight / plan.n_pairs
         groups = min(N_JACKKNIFE, plan.n_pairs)
         bounds = np.linspace(0, plan.n_pairs, groups + 1).astype(int) * 2

@@ -6,13 +6,16 @@ sampling"; the forward/backward chain follows shap's PermutationExplainer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from functools import partial
+
 import numpy as np
 
-from explainers.estimators.base import Estimate
-from explainers.games import BudgetError, DeadlineExceeded, GameRecorder, has_deadline
+from explainers.estimators.base import Estimate, Target
+from explainers.estimators.rounds import Round, Slicer, caps, drive
+from explainers.games import BudgetError, GameRecorder
 
 MAX_PERMUTATIONS = 1 << 16
-ROUNDS = 8  # under a deadline, permutations are evaluated in this many rounds (anytime)
 
 
 def min_coalitions(n: int) -> int:
@@ -33,64 +36,93 @@ def _keys(ranks: np.ndarray) -> set[bytes]:
     return set(packed.view(f"V{packed.shape[1]}").ravel().tolist())
 
 
-def _plan(n: int, coalitions: int, rng: np.random.Generator) -> np.ndarray:
-    """Draw as many permutations as fit in `coalitions` distinct coalitions; returns ranks."""
-    seen: set[bytes] = set()
+def _plan(
+    n: int, coalitions: int, rng: np.random.Generator, seen: set[bytes], room: int
+) -> np.ndarray:
+    """Draw at most `room` permutations while the distinct coalitions (`seen`, updated) stay
+    within `coalitions`; returns their ranks [p, n], possibly none."""
     ranks: list[np.ndarray] = []
-    while len(ranks) < MAX_PERMUTATIONS:
+    while len(ranks) < room:
         # Each permutation adds at most 2(n-1) new coalitions beyond the shared empty/full
         # ones, so a bulk draw of this size always fits; finish one at a time.
         bulk = (coalitions - max(len(seen), 2)) // max(2 * (n - 1), 1)
         if len(seen) == 1 << n:  # every coalition is paid for: the rest are free, draw at once
-            bulk = MAX_PERMUTATIONS
-        batch = max(1, min(bulk, MAX_PERMUTATIONS - len(ranks)))
+            if not ranks:
+                bulk = room
+            else:
+                break  # end the round here; later rounds go on doubling (free)
+        if bulk <= 0 and len(seen) >= coalitions:
+            break
+        batch = max(1, min(bulk, room - len(ranks)))
         drawn = np.argsort(rng.permuted(np.tile(np.arange(n), (batch, 1)), axis=1), axis=1)
         new = _keys(drawn) - seen
         if len(seen) + len(new) > coalitions:
             break
         seen |= new
         ranks.extend(drawn)
-    if not ranks:
-        raise BudgetError(f"budget too small for one permutation ({min_coalitions(n)} needed)")
-    return np.stack(ranks)
+    return np.stack(ranks) if ranks else np.zeros((0, n), dtype=np.int64)
 
 
-def permutation(recorder: GameRecorder, rng: np.random.Generator) -> Estimate:
-    """Shapley values from forward and reversed (antithetic) permutation chains."""
+def permutation(
+    recorder: GameRecorder, rng: np.random.Generator, target: Target | None = None
+) -> Estimate:
+    """Shapley values from forward and reversed (antithetic) permutation chains, in rounds."""
+    return drive(rounds(recorder, rng), recorder, target)
+
+
+def rounds(recorder: GameRecorder, rng: np.random.Generator) -> Iterator[Round]:
+    """Rounds of permutations (see rounds.py); each yields the estimate of all so far."""
     n = recorder.n_players
-    remaining = recorder.remaining
-    ranks = _plan(n, MAX_PERMUTATIONS * 2 * n if remaining is None else remaining, rng)
-    chains = _chains(ranks)  # [p, 2(n+1), n]
-    p = ranks.shape[0]
-    partial = False
-    if has_deadline() and p > 1:  # anytime: stop between rounds when time runs out
-        done: list[np.ndarray] = []
-        for block in np.array_split(np.arange(p), min(ROUNDS, p)):
-            try:
-                done.append(recorder(chains[block].reshape(-1, n)))
-            except DeadlineExceeded:
-                if not done:
-                    raise
-                partial = True
-                break
-        p = sum(len(d) for d in done) // (2 * (n + 1))
-        ranks = ranks[:p]
-        values = np.concatenate(done).reshape(p, 2, n + 1, -1)
-    else:
-        values = recorder(chains.reshape(-1, n)).reshape(p, 2, n + 1, -1)  # [p, fwd/bwd, step, k]
-    # Player ranked j enters at forward step j+1 and leaves at backward step j+1.
-    fwd_gain = values[:, 0, 1:] - values[:, 0, :-1]  # [p, j, k]
-    bwd_gain = values[:, 1, :-1] - values[:, 1, 1:]
-    per_perm = np.take_along_axis(fwd_gain + bwd_gain, ranks[:, :, None], axis=1) / 2  # [p, n, k]
+    seen: set[bytes] = set()
+    done: list[np.ndarray] = []  # per round: per-permutation values [p_r, n, k]
+    ends: list[np.ndarray] = []  # v(empty), v(all) [k] each
+    slicer = Slicer(recorder, distinct=False)
+    drawn = 0
+    for index, cap in enumerate(caps(n), start=1):
+        remaining = recorder.remaining
+        limit = len(seen) + (MAX_PERMUTATIONS * 2 * n if remaining is None else remaining)
+        room = MAX_PERMUTATIONS - drawn
+        if len(seen) == 1 << n:  # every coalition is paid for: free permutations, still doubling
+            room = min(room, drawn)
+        ranks = _plan(n, min(cap, limit), rng, seen, room)
+        if ranks.shape[0] == 0:
+            if index == 1:
+                raise BudgetError(
+                    f"budget too small for one permutation ({min_coalitions(n)} needed)"
+                )
+            return
+        p = ranks.shape[0]
+        values = slicer(_chains(ranks).reshape(-1, n)).reshape(p, 2, n + 1, -1)
+        # Player ranked j enters at forward step j+1 and leaves at backward step j+1.
+        fwd_gain = values[:, 0, 1:] - values[:, 0, :-1]  # [p, j, k]
+        bwd_gain = values[:, 1, :-1] - values[:, 1, 1:]
+        done.append(np.take_along_axis(fwd_gain + bwd_gain, ranks[:, :, None], axis=1) / 2)
+        if not ends:
+            ends = [values[0, 0, 0], values[0, 0, -1]]
+        drawn += p
+        yield Round(
+            partial(_estimate, recorder, tuple(done), ends[0], ends[1]),
+            samples=drawn,
+            coalitions=len(seen),
+            index=index,
+        )
+        if drawn >= MAX_PERMUTATIONS:
+            return
+
+
+def _estimate(
+    recorder: GameRecorder, done: tuple[np.ndarray, ...], base: np.ndarray, full: np.ndarray
+) -> Estimate:
+    per_perm = np.concatenate(done)  # [p, n, k]
+    p = per_perm.shape[0]
     error = per_perm.std(axis=0, ddof=1) / np.sqrt(p) if p > 1 else None
     return Estimate(
         values=recorder.shape_out(per_perm.mean(axis=0)),
-        base_value=recorder.shape_out(values[0, 0, 0]),
-        full_value=recorder.shape_out(values[0, 0, -1]),
+        base_value=recorder.shape_out(base),
+        full_value=recorder.shape_out(full),
         exact=False,
         n_evaluations=recorder.n_evaluations,
         n_coalitions=recorder.n_coalitions,
         estimator="permutation",
         error_std=None if error is None else recorder.shape_out(error),
-        partial=partial,
     )
