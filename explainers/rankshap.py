@@ -5,6 +5,9 @@ Rank" (ICLR 2025). The paper's code is not released; the choices marked [ours] i
 descriptions reconstruct it (METHODS.md section 4): players are terms, an absent term is deleted
 (or masked) everywhere it occurs, graded relevance comes from the model's own original ranking,
 and Fidelity is Kendall's tau between the ranking and the explanation-implied one.
+Every answer reports v(all) - v(none), the NDCG the players account for: a `flat_game` warning
+by the generic rule (explainers/caveats.py, FLAT_RATIO), and no Fidelity when it is below
+`fidelity_min_range`, where the values are near zero and their ranking is noise.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from explainers import caveats
 from explainers.budget import default_budget
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
@@ -76,6 +80,14 @@ class RankShapOptions(BaseModel):
     )
     sampler: Literal["kernel", "leverage"] = Field(
         "kernel", description="coalition sampler of the kernel estimator"
+    )
+    fidelity_min_range: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Fidelity is null when v(all) - v(none), the NDCG the players account "
+        "for, is below this: the values are then near zero and the implied ranking noise [ours]",
     )
 
 
@@ -289,15 +301,24 @@ def explain(
         raise ExplainerError(str(exc)) from exc
     values = np.asarray(est.values, dtype=np.float64).reshape(n)
     v_empty, v_all = _scalar(est.base_value), _scalar(est.full_value)
-    details = {
+    v_range = v_all - v_empty
+    details: dict[str, Any] = {
         "terms": list(players),
         "ranking": game.ranking.tolist(),
         "scores": game.scores.tolist(),
         "k": game.k,
         "v_empty": v_empty,
         "v_all": v_all,
-        **fidelity(values, game.term_counts(), game.scores),
+        "v_range": v_range,
     }
+    if abs(v_range) < options.fidelity_min_range:
+        details.update(fidelity=None, weighted_fidelity=None)
+        details["fidelity_note"] = (
+            f"undefined: the players move NDCG@{game.k} by {v_range:.3g} in all "
+            f"(< fidelity_min_range {options.fidelity_min_range:g})"
+        )
+    else:
+        details.update(fidelity(values, game.term_counts(), game.scores))
     explanation = Explanation(
         output_index=0,
         values=values,
@@ -310,6 +331,9 @@ def explain(
         details=details,
         output_name=f"ndcg@{game.k}",
     )
+    flat = caveats.flat(explanation, model)  # the generic rule, so one caveat, not two
+    if flat is not None:
+        explanation = replace(explanation, warnings=(flat,))
     echo = options.model_dump()
     echo["k"] = game.k
     if options.absence == "mask":

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from explainers import rankshap
+from explainers.caveats import with_caveats
 from explainers.explanation import OptionError
 from explainers.games import BudgetError
 from explainers.rankshap import RankShapOptions, fidelity, ndcg
@@ -95,6 +96,46 @@ def test_values_sum_to_v_all_minus_v_empty(bm25: RankerModel, estimator: str) ->
     assert e.instance_output_value == pytest.approx(1.0)  # no ties in the original ranking
     assert e.values.sum() == pytest.approx(e.details["v_all"] - e.details["v_empty"], abs=1e-9)
     assert e.base_value == e.details["v_empty"]
+
+
+def test_range_is_reported_and_a_flat_game_warned(bm25: RankerModel) -> None:
+    e = _explain(bm25, QUERY, DOCS, max_players=8, estimator="exact")
+    assert e.details is not None
+    assert e.details["v_range"] == pytest.approx(e.details["v_all"] - e.details["v_empty"])
+    assert e.details["v_range"] > 0.05 and e.warnings == ()
+    assert e.details["fidelity"] is not None and "fidelity_note" not in e.details
+    # bm25 drops English stop words: a query of stop words gives a flat game
+    flat = _explain(bm25, "the and", DOCS, players="query", estimator="exact")
+    assert flat.details is not None and flat.details["v_range"] == 0.0
+    assert [w.code for w in flat.warnings] == ["flat_game"]
+    assert flat.details["fidelity"] is None and flat.details["weighted_fidelity"] is None
+    assert "undefined" in flat.details["fidelity_note"]
+    # The generic check (every explainer) finds the same caveat: one warning, not two.
+    res = rankshap.explain(
+        bm25,
+        np.empty(0),
+        options=RankShapOptions(players="query", estimator="exact"),
+        query="the and",
+        documents=DOCS,
+    )
+    checked = with_caveats(bm25, np.empty(0), res).explanations[0]
+    assert [w.code for w in checked.warnings] == ["flat_game"]
+
+
+def test_fidelity_is_undefined_below_the_tolerance(bm25: RankerModel) -> None:
+    e = _explain(bm25, QUERY, DOCS, max_players=8, estimator="exact")
+    assert e.details is not None
+    r = e.details["v_range"]
+    below = _explain(
+        bm25, QUERY, DOCS, max_players=8, estimator="exact", fidelity_min_range=r + 1e-6
+    )
+    above = _explain(
+        bm25, QUERY, DOCS, max_players=8, estimator="exact", fidelity_min_range=r - 1e-6
+    )
+    assert below.details is not None and above.details is not None
+    assert below.details["fidelity"] is None and below.warnings == ()  # small, not flat
+    assert above.details["fidelity"] == e.details["fidelity"]
+    np.testing.assert_array_equal(below.values, above.values)
 
 
 def test_term_in_no_document_gets_zero(bm25: RankerModel) -> None:
