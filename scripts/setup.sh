@@ -17,6 +17,13 @@ if ! command -v chromium >/dev/null 2>&1; then
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+# Debian's nginx (nginx-light, ~1 MB): tests/test_containers.py checks docker/nginx.conf with it.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    echo "setup: installing nginx from Debian packages"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nginx-light >/dev/null
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv"

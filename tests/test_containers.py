@@ -5,10 +5,17 @@ only settings the service knows)."""
 
 from __future__ import annotations
 
+import collections
+import http.server
+import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +136,8 @@ def test_compose_services_have_health_checks_and_wait_for_backends() -> None:
 def test_compose_environment_names_only_known_settings() -> None:
     """A typo in a variable name would silently fall back to a default: every variable the
     api and worker get must be a field of app.settings.Settings."""
-    known = {name.upper() for name in Settings.model_fields}
+    # plus uvicorn's own: whom to trust for X-Forwarded-For (the balancer)
+    known = {name.upper() for name in Settings.model_fields} | {"FORWARDED_ALLOW_IPS"}
     services = compose()["services"]
     for name in ("api", "worker"):
         env = services[name]["environment"]
@@ -141,3 +149,163 @@ def test_compose_environment_names_only_known_settings() -> None:
     url = services["api"]["environment"]["DATABASE_URL"]
     assert f"{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}@postgres:5432/" in url
     assert url.endswith("/" + postgres["POSTGRES_DB"])
+
+
+# --- the load balancer (docker/nginx.conf, service lb) -------------------------------------
+
+NGINX_CONF = ROOT / "docker" / "nginx.conf"
+
+
+def nginx() -> str:
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
+    if found is None:
+        pytest.fail("nginx is not installed; run scripts/setup.sh (Debian's nginx-light)")
+    return found
+
+
+def nginx_test(conf: Path, prefix: Path) -> subprocess.CompletedProcess[str]:
+    """`nginx -t` on a whole configuration file, with pid and error log kept under prefix."""
+    return subprocess.run(
+        [
+            nginx(),
+            "-t",
+            "-q",
+            "-c",
+            str(conf),
+            "-p",
+            f"{prefix}/",
+            "-e",
+            str(prefix / "err.log"),
+            "-g",
+            f"pid {prefix / 'nginx.pid'};",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_nginx_accepts_the_balancer_configuration(tmp_path: Path) -> None:
+    result = nginx_test(NGINX_CONF, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_nginx_check_rejects_mistakes(tmp_path: Path) -> None:
+    bad = tmp_path / "nginx.conf"
+    bad.write_text(NGINX_CONF.read_text().replace("proxy_read_timeout", "proxy_reed_timeout"))
+    result = nginx_test(bad, tmp_path)
+    assert result.returncode != 0 and "proxy_reed_timeout" in result.stderr, result.stderr
+
+
+def test_compose_puts_the_api_replicas_behind_the_balancer() -> None:
+    """`--scale api=3` needs an api without a host port and container name; lb publishes the
+    port, mounts docker/nginx.conf and proxies to the service name the replicas share."""
+    services = compose()["services"]
+    api, lb = services["api"], services["lb"]
+    assert "ports" not in api and "container_name" not in api
+    assert lb["image"].startswith("nginx:") and lb["ports"] == ["8000:8000"]
+    assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in lb["volumes"]
+    assert lb["depends_on"]["api"]["condition"] == "service_healthy"
+    conf = NGINX_CONF.read_text()
+    assert "set $api http://api:8000;" in conf and "proxy_pass $api;" in conf
+    assert "resolver 127.0.0.11" in conf  # Docker's DNS: every replica's address, re-read
+    # the api trusts the balancer's X-Forwarded-For (uvicorn's setting, not one of ours)
+    assert api["environment"]["FORWARDED_ALLOW_IPS"] == "*"
+    # replicas share the backends: the same Redis and database for api and worker
+    for key in ("REDIS_URL", "DATABASE_URL"):
+        assert api["environment"][key] == services["worker"]["environment"][key]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Replica(http.server.BaseHTTPRequestHandler):
+    """A stand-in api replica: answers its own name and the forwarded-for header it got."""
+
+    def do_GET(self) -> None:
+        body = json.dumps(
+            {"replica": self.server.name, "xff": self.headers.get("X-Forwarded-For")}  # type: ignore[attr-defined]
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_nginx_spreads_requests_over_replicas_and_skips_a_dead_one(tmp_path: Path) -> None:
+    """The real configuration served by Debian's nginx, with Docker's DNS name `api` replaced
+    by an upstream of three local replicas (the only change): every replica gets requests, a
+    stopped one is skipped, the client address is forwarded and /lb/health answers."""
+    servers = []
+    for name in ("a", "b", "c"):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replica)
+        server.name = name  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    port = free_port()
+    upstream = "".join(f"server 127.0.0.1:{s.server_address[1]};" for s in servers)
+    temp = "".join(
+        f"{kind}_temp_path {tmp_path / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    conf = NGINX_CONF.read_text()
+    for old, new in (
+        ("http {", f"http {{ upstream api {{ {upstream} }} {temp}"),
+        ("set $api http://api:8000;", "set $api http://api;"),
+        ("listen 8000;", f"listen 127.0.0.1:{port};"),
+        ("access_log /dev/stdout upstream;", f"access_log {tmp_path / 'access.log'} upstream;"),
+    ):
+        assert old in conf
+        conf = conf.replace(old, new)
+    (tmp_path / "nginx.conf").write_text(conf)
+    command = [
+        nginx(),
+        "-c",
+        str(tmp_path / "nginx.conf"),
+        "-p",
+        f"{tmp_path}/",
+        "-e",
+        str(tmp_path / "err.log"),
+        "-g",
+        f"pid {tmp_path / 'nginx.pid'}; daemon off;",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/lb/health", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.05)
+
+        def hits(n: int) -> collections.Counter[str]:
+            seen: collections.Counter[str] = collections.Counter()
+            for _ in range(n):
+                with urllib.request.urlopen(base + "/v2/health/live", timeout=5) as answer:
+                    got = json.loads(answer.read())
+                assert got["xff"] == "127.0.0.1"
+                seen[got["replica"]] += 1
+            return seen
+
+        assert set(hits(30)) == {"a", "b", "c"}
+        servers[1].shutdown()
+        servers[1].server_close()
+        survivors = hits(30)  # a refused connection goes on to the next replica: no errors
+        assert set(survivors) == {"a", "c"} and sum(survivors.values()) == 30
+        with urllib.request.urlopen(base + "/lb/health", timeout=5) as answer:
+            assert answer.read() == b"ok\n"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for server in servers:
+            server.shutdown()
+            server.server_close()
