@@ -1,5 +1,16 @@
 """Python client and CLI of the attribution service."""
 
-from xai.client import AsyncClient, AuditResult, Client, Explained, ServiceError
+from xai.client import AsyncClient, Client, ServiceError, Unreachable, XaiError
+from xai.results import AuditResult, Evaluated, Explained, shap_explanation
 
-__all__ = ["AsyncClient", "AuditResult", "Client", "Explained", "ServiceError"]
+__all__ = [
+    "AsyncClient",
+    "AuditResult",
+    "Client",
+    "Evaluated",
+    "Explained",
+    "ServiceError",
+    "Unreachable",
+    "XaiError",
+    "shap_explanation",
+]

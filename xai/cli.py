@@ -1,4 +1,8 @@
-"""xai: command line for the attribution service (python -m xai ...)."""
+"""xai: command line for the attribution service (`xai ...` or `python -m xai ...`).
+
+The server is --url, else XAI_URL, else http://127.0.0.1:8000; the key is --api-key, else
+XAI_API_KEY. Both may stand before or after the subcommand.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from xai.client import Client, ServiceError
+from xai.client import Client, XaiError
+from xai.results import frame
 
 
 def read_instances(path: Path) -> list[Any]:
@@ -25,23 +30,7 @@ def read_instances(path: Path) -> list[Any]:
 
 def table(results: list[dict[str, Any]]) -> Any:
     """One row per instance: index, output, base and output values, one column per player."""
-    import pandas as pd
-
-    rows = []
-    for r in results:
-        row: dict[str, Any] = {"index": r["index"]}
-        if "explanation" not in r:
-            row["error"] = r.get("error")
-        else:
-            e = r["explanation"]
-            row.update(
-                output=e["output_name"],
-                base_value=e["base_value"],
-                instance_output_value=e["instance_output_value"],
-            )
-            row.update(zip(r["feature_names"], e["values"], strict=True))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return frame(results)
 
 
 def write(results: list[dict[str, Any]], output: str | None, fmt: str | None) -> None:
@@ -54,17 +43,21 @@ def write(results: list[dict[str, Any]], output: str | None, fmt: str | None) ->
             sys.stdout.write(text)
         return
     if output is None:
-        raise SystemExit(f"--output is required for {fmt}")
-    frame = table(results)
+        raise XaiError(f"--output is required for {fmt}")
+    table_ = table(results)
     if fmt == "csv":
-        frame.to_csv(output, index=False)
+        table_.to_csv(output, index=False)
     elif fmt == "parquet":
-        frame.to_parquet(output, index=False)
+        table_.to_parquet(output, index=False)
     else:
-        raise SystemExit(f"unknown format {fmt!r}: use jsonl, csv or parquet")
+        raise XaiError(f"unknown format {fmt!r}: use jsonl, csv or parquet")
 
 
-def audit(args: argparse.Namespace) -> int:
+def client(args: argparse.Namespace) -> Client:
+    return Client(args.url, api_key=args.api_key)
+
+
+def request_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "seed": args.seed,
         "budget": args.budget,
@@ -72,15 +65,19 @@ def audit(args: argparse.Namespace) -> int:
     }
     if args.target is not None:
         fields["target"] = int(args.target) if args.target.isdigit() else args.target
-    with Client(args.url) as client:
-        result = client.audit(
+    return fields
+
+
+def audit(args: argparse.Namespace) -> int:
+    with client(args) as c:
+        result = c.audit(
             args.model,
             read_instances(Path(args.file)),
             explainer=args.explainer,
             progress=not args.no_progress,
             idempotency_key=args.idempotency_key,
             chunk_size=args.chunk_size,
-            **fields,
+            **request_fields(args),
         )
     write(result.results, args.output, args.format)
     status = result.status
@@ -92,38 +89,150 @@ def audit(args: argparse.Namespace) -> int:
     return 0 if status["status"] == "succeeded" else 1
 
 
+def explain(args: argparse.Namespace) -> int:
+    path = Path(args.input)
+    if path.suffix in (".csv", ".json", ".jsonl") and path.exists():
+        inputs = read_instances(path)
+    else:  # one instance inline: a JSON row or object, or a text
+        try:
+            inputs = [json.loads(args.input)]
+        except json.JSONDecodeError:
+            inputs = [args.input]
+    with client(args) as c:
+        if args.plot:
+            fmt = Path(args.plot).suffix.lstrip(".") or "png"
+            if fmt == "json":
+                fmt = "vega-lite"
+            c.plot(
+                args.model,
+                inputs,
+                explainer=args.explainer,
+                format=fmt,
+                kind=args.kind,
+                path=args.plot,
+                **request_fields(args),
+            )
+            print(f"wrote {args.plot}", file=sys.stderr)
+            return 0
+        explained = c.explain(args.model, inputs, explainer=args.explainer, **request_fields(args))
+    if args.json:
+        print(json.dumps(explained.raw))
+        return 0
+    for i, e in enumerate(explained.explanations):
+        names = [p["text"] for p in e.get("players") or []] or explained.feature_names
+        print(
+            f"[{i}] {e['output_name']}: f(x) = {e['instance_output_value']:.6g}, "
+            f"E[f(x)] = {e['base_value']:.6g}"
+        )
+        order = sorted(range(len(e["values"])), key=lambda j: -abs(e["values"][j]))
+        for j in order[: args.top]:
+            print(f"  {e['values'][j]:+.6g}  {names[j] if j < len(names) else j}")
+        for w in e.get("warnings") or []:
+            print(f"  warning {w['code']}: {w['message']}")
+    return 0
+
+
 def models(args: argparse.Namespace) -> int:
-    with Client(args.url) as client:
-        for m in client.models():
+    with client(args) as c:
+        for m in c.models():
             print(f"{m['name']}\t{m['version']}\t{m['modality']}\t{m['state']}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="xai", description=__doc__)
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("audit", help="explain every row of a file as a batch job")
+def jobs(args: argparse.Namespace) -> int:
+    with client(args) as c:
+        for j in c.jobs(limit=args.limit):
+            p = j["progress"]
+            print(f"{j['id']}\t{j['kind']}\t{j['model']}\t{j['status']}\t{p['done']}/{p['total']}")
+    return 0
+
+
+def job(args: argparse.Namespace) -> int:
+    with client(args) as c:
+        status = c.cancel(args.id) if args.cancel else c.job(args.id)
+        if args.results:
+            write(list(c.results(args.id)), args.results, None)
+            print(f"wrote {args.results}", file=sys.stderr)
+        if args.plot:
+            fmt = Path(args.plot).suffix.lstrip(".") or "png"
+            c.job_plot(
+                args.id,
+                kind=args.kind,
+                feature=args.feature,
+                format="vega" if fmt == "json" else fmt,
+                path=args.plot,
+            )
+            print(f"wrote {args.plot}", file=sys.stderr)
+    print(json.dumps(status, indent=2))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    # --url/--api-key on the main parser and on every subcommand (SUPPRESS: a subcommand's
+    # absent option leaves the main parser's value alone).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help="default: XAI_URL")
+    common.add_argument("--api-key", default=argparse.SUPPRESS, help="default: XAI_API_KEY")
+    main = argparse.ArgumentParser(prog="xai", description=__doc__, parents=[common])
+    main.set_defaults(url=None, api_key=None)
+    sub = main.add_subparsers(dest="command", required=True)
+
+    def request_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--explainer", default="shapley")
+        p.add_argument("--budget", type=int)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--target")
+        p.add_argument("--parameters", default="{}", help="explainer options as JSON")
+
+    p = sub.add_parser("audit", parents=[common], help="explain every row of a file as a job")
     p.add_argument("model")
     p.add_argument("file", help=".csv (header = features), .jsonl or .json")
-    p.add_argument("--explainer", default="shapley")
-    p.add_argument("--budget", type=int)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target")
-    p.add_argument("--parameters", default="{}", help="explainer options as JSON")
+    request_options(p)
     p.add_argument("--chunk-size", type=int)
     p.add_argument("--idempotency-key")
     p.add_argument("--output", "-o", help="file to write; by extension .jsonl, .csv, .parquet")
     p.add_argument("--format", choices=["jsonl", "csv", "parquet"])
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=audit)
-    sub.add_parser("models", help="list models").set_defaults(run=models)
-    args = parser.parse_args(argv)
+
+    p = sub.add_parser("explain", parents=[common], help="explain one instance (or a file)")
+    p.add_argument("model")
+    p.add_argument("input", help="a JSON row or object, a text, or a .csv/.jsonl/.json file")
+    request_options(p)
+    p.add_argument("--top", type=int, default=10, help="players printed, largest |value| first")
+    p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    p.add_argument("--plot", help="write a plot instead: .png, .svg or .json (Vega-Lite)")
+    p.add_argument("--kind", default="auto", help="plot kind: auto, waterfall, bar, text, ...")
+    p.set_defaults(run=explain)
+
+    sub.add_parser("models", parents=[common], help="list models").set_defaults(run=models)
+    p = sub.add_parser("jobs", parents=[common], help="list recent jobs")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(run=jobs)
+
+    p = sub.add_parser("job", parents=[common], help="a job's status; cancel, results, plots")
+    p.add_argument("id")
+    p.add_argument("--cancel", action="store_true", help="cancel it (DELETE /v2/jobs/{id})")
+    p.add_argument("--results", help="write its results: .jsonl, .csv or .parquet")
+    p.add_argument("--plot", help="write a global plot of an audit: .png, .svg, .json")
+    p.add_argument("--kind", default="summary", help="summary, beeswarm or dependence")
+    p.add_argument("--feature", help="dependence: the feature")
+    p.set_defaults(run=job)
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except ServiceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except XaiError as exc:  # one line, no traceback: unreachable, refused key, 4xx/5xx
+        print(f"xai: error: {exc}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as exc:  # a missing input file, invalid JSON options
+        print(f"xai: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,140 +1,103 @@
-"""HTTP client (httpx, sync and async) with typed results that convert to shap.Explanation."""
+"""HTTP client (httpx, sync and async) with typed results that convert to shap.Explanation
+and pandas DataFrames. XAI_URL and XAI_API_KEY give the defaults of the server and the key."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
+
+from xai.results import AuditResult, Evaluated, Explained, frame, shap_explanation, text_tokens
 
 FINAL = ("succeeded", "failed", "cancelled")
+DEFAULT_URL = "http://127.0.0.1:8000"
+IMAGES = ("png", "svg")
 
 
-class ServiceError(Exception):
+class XaiError(Exception):
+    """Anything the client reports: the message is one line, fit for a terminal."""
+
+
+class Unreachable(XaiError):
+    """No answer from the server (refused, unknown host, timed out)."""
+
+
+class ServiceError(XaiError):
     """A 4xx/5xx answer: the service's message, machine code and HTTP status."""
 
     def __init__(self, status: int, body: Any) -> None:
         self.status = status
         self.code = body.get("code") if isinstance(body, dict) else None
-        message = body.get("error") if isinstance(body, dict) else str(body)
+        message = body.get("error") if isinstance(body, dict) else str(body)[:200]
+        if status == 401:
+            message = f"{message} (set XAI_API_KEY or pass api_key / --api-key)"
         super().__init__(f"{status} {self.code}: {message}")
 
 
-def _check(response: httpx.Response) -> Any:
+def default_url(url: str | None = None) -> str:
+    return url or os.environ.get("XAI_URL") or DEFAULT_URL
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    key = api_key if api_key is not None else os.environ.get("XAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _unreachable(http: httpx.Client | httpx.AsyncClient, exc: httpx.TransportError) -> Unreachable:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return Unreachable(f"cannot reach the service at {http.base_url}: {reason}")
+
+
+def _check(response: httpx.Response) -> httpx.Response:
     if response.status_code >= 400:
         try:
             body = response.json()
         except ValueError:
             body = response.text
         raise ServiceError(response.status_code, body)
-    return response.json()
-
-
-@dataclass(frozen=True)
-class Explained:
-    """An explanation of one or more instances, as the service returned it."""
-
-    raw: dict[str, Any]
-
-    @property
-    def explanations(self) -> list[dict[str, Any]]:
-        return list(self.raw["data"]["explanations"])
-
-    @property
-    def feature_names(self) -> list[str]:
-        return list(self.raw["data"]["feature_names"])
-
-    @property
-    def values(self) -> np.ndarray:
-        return np.array([e["values"] for e in self.explanations])  # [m, n]
-
-    @property
-    def base_values(self) -> np.ndarray:
-        return np.array([e["base_value"] for e in self.explanations])
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return dict(self.raw["meta"])
-
-    def to_shap(self) -> Any:
-        """A shap.Explanation with values, base values, data and feature names."""
-        import shap
-
-        data = np.array([np.ravel(e["data"]) for e in self.explanations])
-        return shap.Explanation(
-            values=self.values,
-            base_values=self.base_values,
-            data=data if data.shape == self.values.shape else None,
-            feature_names=self.feature_names,
-            output_names=[e["output_name"] for e in self.explanations],
-        )
-
-
-def shap_explanation(arguments: dict[str, Any]) -> Any:
-    """A shap.Explanation from a `format=shap` answer (POST .../plot?format=shap or /v2/plots).
-
-    Text players differ per instance, so their values and words become object arrays of
-    arrays, the ragged form shap's text plot reads.
-    """
-    import shap
-
-    def array(value: Any) -> np.ndarray:
-        rows = [np.asarray(row) for row in value]
-        if len({row.shape for row in rows}) <= 1:
-            return np.asarray(value)
-        out = np.empty(len(rows), dtype=object)
-        out[:] = rows
-        return out
-
-    ragged = ("values", "data", "error_std")
-    kwargs = {k: array(v) if k in ragged else v for k, v in arguments.items()}
-    data = kwargs.get("data")
-    if isinstance(data, np.ndarray) and data.dtype == object:
-        kwargs["feature_names"] = data  # text: the words name the players per instance
-    kwargs["base_values"] = np.asarray(kwargs["base_values"])
-    return shap.Explanation(**kwargs)
-
-
-@dataclass(frozen=True)
-class AuditResult:
-    """A finished job: its final status (with summary) and every result line."""
-
-    status: dict[str, Any]
-    results: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_shap(self) -> Any:
-        ok = [r for r in self.results if "explanation" in r]
-        return Explained(
-            {
-                "data": {
-                    "feature_names": ok[0]["feature_names"] if ok else [],
-                    "explanations": [r["explanation"] for r in ok],
-                },
-                "meta": {},
-            }
-        ).to_shap()
+    return response
 
 
 def _explain_body(inputs: list[Any], **fields: Any) -> dict[str, Any]:
     return {"inputs": inputs, **{k: v for k, v in fields.items() if v is not None}}
 
 
+def _plot_result(response: httpx.Response, fmt: str, path: str | Path | None) -> Any:
+    """PNG/SVG bytes, a Vega-Lite dict or a shap.Explanation; with `path`, the file written."""
+    if path is not None:
+        Path(path).write_bytes(response.content)
+        return Path(path)
+    if fmt in IMAGES:
+        return response.content
+    if fmt == "shap":
+        return shap_explanation(response.json())
+    return response.json()
+
+
 class Client:
-    """Synchronous client. `http` may be any httpx.Client (e.g. FastAPI's TestClient)."""
+    """Synchronous client. `http` may be any httpx.Client (e.g. FastAPI's TestClient).
+
+    base_url: default XAI_URL, else http://127.0.0.1:8000; api_key: default XAI_API_KEY.
+    Every failure raises an XaiError: ServiceError for an error answer, Unreachable when no
+    answer came.
+    """
 
     def __init__(
         self,
-        base_url: str = "http://127.0.0.1:8000",
+        base_url: str | None = None,
         *,
+        api_key: str | None = None,
         timeout: float = 120,
         http: httpx.Client | None = None,
     ) -> None:
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self.http = http or httpx.Client(base_url=default_url(base_url), timeout=timeout)
+        self.http.headers.update(auth_headers(api_key))
 
     def __enter__(self) -> Client:
         return self
@@ -142,11 +105,17 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.http.close()
 
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return _check(self.http.request(method, url, **kwargs))
+        except httpx.TransportError as exc:
+            raise _unreachable(self.http, exc) from None
+
     def models(self) -> list[dict[str, Any]]:
-        return list(_check(self.http.get("/v2/models")))
+        return list(self.request("GET", "/v2/models").json())
 
     def model(self, name: str) -> dict[str, Any]:
-        return dict(_check(self.http.get(f"/v2/models/{name}")))
+        return dict(self.request("GET", f"/v2/models/{name}").json())
 
     def explain(
         self,
@@ -159,32 +128,123 @@ class Client:
     ) -> Explained:
         """fields: target, seed, budget, background, parameters (the explain request)."""
         headers = {} if use_cache else {"Cache-Control": "no-cache"}
-        r = self.http.post(
+        r = self.request(
+            "POST",
             f"/v2/models/{model}/explain/{explainer}",
             json=_explain_body(inputs, **fields),
             headers=headers,
         )
-        return Explained(_check(r))
+        return Explained(r.json())
+
+    def plot(
+        self,
+        model: str,
+        inputs: list[Any],
+        *,
+        explainer: str = "shapley",
+        format: str = "png",
+        kind: str = "auto",
+        index: int = 0,
+        max_features: int = 20,
+        path: str | Path | None = None,
+        **fields: Any,
+    ) -> Any:
+        """Explain and plot in one call: PNG/SVG bytes, a Vega-Lite dict or (format="shap") a
+        shap.Explanation; with `path`, the file is written and its Path returned."""
+        r = self.request(
+            "POST",
+            f"/v2/models/{model}/explain/{explainer}/plot",
+            params={"format": format, "kind": kind, "index": index, "max_features": max_features},
+            json=_explain_body(inputs, **fields),
+        )
+        return _plot_result(r, format, path)
+
+    def render(
+        self,
+        explained: Explained,
+        *,
+        format: str = "png",
+        kind: str = "auto",
+        index: int = 0,
+        max_features: int = 20,
+        path: str | Path | None = None,
+    ) -> Any:
+        """Plot an explanation already at hand (POST /v2/plots): nothing is recomputed."""
+        r = self.request(
+            "POST",
+            "/v2/plots",
+            params={"format": format, "kind": kind, "index": index, "max_features": max_features},
+            json=explained.raw,
+        )
+        return _plot_result(r, format, path)
+
+    def evaluate(
+        self,
+        model: str,
+        inputs: list[Any],
+        attributions: list[list[float]] | None = None,
+        *,
+        explainer: str | dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Evaluated:
+        """Deletion/insertion AUC, MuFidelity, sensitivity of `attributions` or of an explainer
+        (a name, or {"name": ..., "parameters": ...}). fields: target, background, seed,
+        patch_size, players, evaluation."""
+        call = {"name": explainer} if isinstance(explainer, str) else explainer
+        body = {"attributions": attributions, "explainer": call, **fields}
+        r = self.request("POST", f"/v2/models/{model}/evaluate", json=_explain_body(inputs, **body))
+        return Evaluated(r.json())
 
     def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return str(_check(self.http.post("/v2/jobs", json=body, headers=headers))["id"])
+        return str(self.request("POST", "/v2/jobs", json=body, headers=headers).json()["id"])
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return dict(_check(self.http.get(f"/v2/jobs/{job_id}")))
+        return dict(self.request("GET", f"/v2/jobs/{job_id}").json())
+
+    def jobs(self, limit: int = 100, status: str | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {})}
+        return list(self.request("GET", "/v2/jobs", params=params).json())
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return dict(_check(self.http.delete(f"/v2/jobs/{job_id}")))
+        return dict(self.request("DELETE", f"/v2/jobs/{job_id}").json())
 
     def results(self, job_id: str, offset: int = 0) -> Iterator[dict[str, Any]]:
         """Result lines from `offset` (resume a download where it stopped)."""
-        with self.http.stream("GET", f"/v2/jobs/{job_id}/results", params={"offset": offset}) as r:
-            if r.status_code >= 400:
-                r.read()
-                _check(r)
-            for line in r.iter_lines():
-                if line:
-                    yield json.loads(line)
+        try:
+            with self.http.stream(
+                "GET", f"/v2/jobs/{job_id}/results", params={"offset": offset}
+            ) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    _check(r)
+                for line in r.iter_lines():
+                    if line:
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise _unreachable(self.http, exc) from None
+
+    def results_frame(self, job_id: str) -> Any:
+        """A job's results as a pandas DataFrame, one row per instance (see xai.results.frame)."""
+        return frame(list(self.results(job_id)))
+
+    def job_plot(
+        self,
+        job_id: str,
+        *,
+        kind: str = "summary",
+        feature: str | None = None,
+        format: str = "png",
+        path: str | Path | None = None,
+        **params: Any,
+    ) -> Any:
+        """A global view of a finished audit (summary, beeswarm, dependence): PNG/SVG bytes or a
+        Vega-Lite dict; with `path`, the file is written and its Path returned."""
+        query = {"kind": kind, "format": format, **params}
+        if feature is not None:
+            query["feature"] = feature
+        r = self.request("GET", f"/v2/jobs/{job_id}/plot", params=query)
+        return _plot_result(r, format, path)
 
     def wait(
         self,
@@ -245,12 +305,14 @@ class AsyncClient:
 
     def __init__(
         self,
-        base_url: str = "http://127.0.0.1:8000",
+        base_url: str | None = None,
         *,
+        api_key: str | None = None,
         timeout: float = 120,
         http: httpx.AsyncClient | None = None,
     ) -> None:
-        self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        self.http = http or httpx.AsyncClient(base_url=default_url(base_url), timeout=timeout)
+        self.http.headers.update(auth_headers(api_key))
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -258,8 +320,14 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.http.aclose()
 
+    async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return _check(await self.http.request(method, url, **kwargs))
+        except httpx.TransportError as exc:
+            raise _unreachable(self.http, exc) from None
+
     async def models(self) -> list[dict[str, Any]]:
-        return list(_check(await self.http.get("/v2/models")))
+        return list((await self.request("GET", "/v2/models")).json())
 
     async def explain(
         self,
@@ -271,24 +339,27 @@ class AsyncClient:
         **fields: Any,
     ) -> Explained:
         headers = {} if use_cache else {"Cache-Control": "no-cache"}
-        r = await self.http.post(
+        r = await self.request(
+            "POST",
             f"/v2/models/{model}/explain/{explainer}",
             json=_explain_body(inputs, **fields),
             headers=headers,
         )
-        return Explained(_check(r))
+        return Explained(r.json())
 
     async def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return str(_check(await self.http.post("/v2/jobs", json=body, headers=headers))["id"])
+        r = await self.request("POST", "/v2/jobs", json=body, headers=headers)
+        return str(r.json()["id"])
 
     async def job(self, job_id: str) -> dict[str, Any]:
-        return dict(_check(await self.http.get(f"/v2/jobs/{job_id}")))
+        return dict((await self.request("GET", f"/v2/jobs/{job_id}")).json())
+
+    async def cancel(self, job_id: str) -> dict[str, Any]:
+        return dict((await self.request("DELETE", f"/v2/jobs/{job_id}")).json())
 
     async def results(self, job_id: str, offset: int = 0) -> list[dict[str, Any]]:
-        r = await self.http.get(f"/v2/jobs/{job_id}/results", params={"offset": offset})
-        if r.status_code >= 400:
-            _check(r)
+        r = await self.request("GET", f"/v2/jobs/{job_id}/results", params={"offset": offset})
         return [json.loads(line) for line in r.text.splitlines() if line]
 
     async def audit(
@@ -311,3 +382,17 @@ class AsyncClient:
         while (status := await self.job(job_id))["status"] not in FINAL:
             await asyncio.sleep(poll)
         return AuditResult(status, await self.results(job_id))
+
+
+__all__ = [
+    "AsyncClient",
+    "AuditResult",
+    "Client",
+    "Evaluated",
+    "Explained",
+    "ServiceError",
+    "Unreachable",
+    "XaiError",
+    "shap_explanation",
+    "text_tokens",
+]

@@ -211,7 +211,9 @@ def test_shap_format_rebuilds_a_shap_explanation(
     )
     words = shap_explanation(r.json())
     second = text["data"]["explanations"][1]
-    assert list(words[1].data) == [p["text"] for p in second["players"]]
+    # the tokens keep their spacing and punctuation: joined, they are the text as sent
+    assert "".join(words[1].data) == "dull, slow plot"
+    assert list(words[1].feature_names) == [p["text"] for p in second["players"]]
     np.testing.assert_allclose(words[1].values, second["values"])
     html = shap.plots.text(words[1], display=False)
     assert all(p["text"] in html for p in second["players"])
