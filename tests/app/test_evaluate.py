@@ -55,11 +55,14 @@ def test_uni_route_returns_its_baseline(client: TestClient, images: list[Any]) -
                 {"inputs": images[:1], "parameters": {"epsilon": 0.1, "pgd_steps": 5}})  # fmt: skip
     e = body["data"]["explanations"][0]
     baseline = np.array(e["details"]["baseline"])
-    assert np.abs(baseline - np.array(images[0]).reshape(-1)).max() <= 0.1 + 1e-6
+    rms = np.sqrt(np.mean((baseline - np.array(images[0]).reshape(-1)) ** 2))
+    assert rms <= 0.1 + 1e-6  # l2 ball: epsilon bounds the root-mean-square change
     assert e["base_value"] < e["instance_output_value"]
+    assert e["details"]["probability_baseline"] == pytest.approx(e["base_value"])
+    assert {w["code"] for w in e["warnings"]} <= {"baseline_not_reached", "not_converged"}
     params = body["meta"]["parameters"]
-    assert params["unlearning_lr"] == 0.01 and params["pgd_step_size"] == 0.025
-    assert params["epsilon_units"] == "input"
+    assert params["unlearning_rule"] == "line_search" and params["pgd_step_size"] == 0.025
+    assert params["epsilon_units"] == "input" and params["norm"] == "l2"
 
 
 def test_evaluate_hook_on_any_explainer(client: TestClient, images: list[Any]) -> None:
