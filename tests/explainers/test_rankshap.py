@@ -206,6 +206,14 @@ def test_fidelity_hand_checked() -> None:
     assert top["fidelity"] == pytest.approx(bottom["fidelity"]) == pytest.approx(4 / 6)
     assert top["weighted_fidelity"] < bottom["weighted_fidelity"]
     assert fidelity(np.zeros(4), counts, scores) == {"fidelity": None, "weighted_fidelity": None}
+    # Values equal up to rounding (exact vs sampled estimates of terms that occur alike) tie.
+    tied = np.array([4.0, 2.0, 2.0, 1.0])
+    jitter = tied + np.array([0.0, -4e-16, 4e-16, 0.0])
+    assert fidelity(jitter, counts, scores) == fidelity(tied, counts, scores)
+    assert (
+        fidelity(tied, counts, scores)["fidelity"]
+        != fidelity(np.array([4.0, 2.0, 1.9, 1.0]), counts, scores)["fidelity"]
+    )
 
 
 def test_budget_is_counted_in_document_scorings(bm25: RankerModel) -> None:
