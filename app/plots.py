@@ -1,4 +1,5 @@
-"""Plots of an explain response: matplotlib PNG/SVG, Vega-Lite specs, shap.Explanation arguments.
+"""Plots of an explain response: the players and their labels, Vega-Lite specs, shap.Explanation
+arguments (the matplotlib figures are in app/plot_images.py).
 
 Everything here reads the response body only (API.md shape), so it serves every explainer:
 players are features (bar, waterfall), pixels or patches of an image (heatmap), pieces of a text
@@ -7,7 +8,6 @@ players are features (bar, waterfall), pixels or patches of an image (heatmap), 
 
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +18,7 @@ from app.errors import InvalidInput
 
 Kind = Literal["auto", "bar", "waterfall", "heatmap", "text", "interactions"]
 Format = Literal["png", "svg", "vega-lite", "shap"]
+Classes = list[tuple[str, float]] | None  # (class name, probability), most probable first
 VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 PATCH = re.compile(r"^patch_(\d+)_(\d+)$")
 POSITIVE, NEGATIVE = "#d62728", "#1f77b4"  # shap's convention: red raises the output
@@ -36,6 +37,8 @@ class View:
     additive: bool
     raw: dict[str, Any]
     parameters: dict[str, Any]
+    model: str = ""
+    feature_values: list[Any] | None = None  # the instance's value per player (tables)
 
 
 def view(body: dict[str, Any], index: int) -> View:
@@ -66,7 +69,50 @@ def view(body: dict[str, Any], index: int) -> View:
         additive=bool(body["meta"].get("additive", True)),
         raw=e,
         parameters=dict(body["meta"].get("parameters") or {}),
+        model=str(body.get("model_name", "")),
+        feature_values=_feature_values(e.get("data"), len(values)),
     )
+
+
+def _feature_values(data: Any, n: int) -> list[Any] | None:
+    if data is None or isinstance(data, str):
+        return None
+    try:
+        flat = np.ravel(np.asarray(data, dtype=object)).tolist()
+    except ValueError:  # ragged
+        return None
+    return flat if len(flat) == n else None
+
+
+def num(x: float) -> str:
+    """A number people read: 4 significant digits, no exponent between 1e-3 and 1e5."""
+    if not np.isfinite(x):
+        return str(x)
+    a = abs(x)
+    if a != 0 and (a < 1e-3 or a >= 1e5):
+        return f"{x:.2e}"
+    if a < 1:
+        return f"{x:.3g}"
+    decimals = max(0, 3 - int(np.floor(np.log10(a))))
+    text = f"{x:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def title(v: View) -> str:
+    """model · explainer · target · f(x), as a reader names them."""
+    parts = [v.model, v.explainer, v.output_name, f"f(x) = {num(v.output)}"]
+    return " · ".join(p for p in parts if p)
+
+
+def labels(v: View, names: list[str]) -> list[str]:
+    """shap's labels: 'value = feature' where the instance gives one value per player."""
+    if v.feature_values is None:
+        return list(names)
+    values = dict(zip(v.names, v.feature_values, strict=True))
+    return [
+        f"{num(float(values[n]))} = {n}" if isinstance(values.get(n), int | float) else n
+        for n in names
+    ]
 
 
 def auto_kind(v: View) -> str:
@@ -77,7 +123,7 @@ def auto_kind(v: View) -> str:
     return "waterfall" if v.additive else "bar"
 
 
-def _image(v: View) -> np.ndarray | None:
+def image_of(v: View) -> np.ndarray | None:
     """The instance as [H, W] grey levels (channels averaged), or None if it is no image."""
     try:
         data = np.asarray(v.raw.get("data"), dtype=float)
@@ -91,7 +137,7 @@ def _image(v: View) -> np.ndarray | None:
 def image_map(v: View, strict: bool = True) -> np.ndarray | None:
     """Attributions spread over pixels [H, W]: one value per pixel (channels summed), or one per
     patch named patch_<row>_<col> with parameters.patch_size."""
-    image = _image(v)
+    image = image_of(v)
     if image is None:
         if strict:
             raise InvalidInput("a heatmap needs an image instance (data as [H, W] or [C, H, W])")
@@ -154,149 +200,28 @@ def top(v: View, max_features: int) -> tuple[list[str], np.ndarray]:
 def waterfall_steps(v: View, max_features: int) -> list[dict[str, Any]]:
     """Bars from the base value to the output: the smallest contributions first, as shap does."""
     names, values = top(v, max_features)
+    shown = labels(v, names)
     steps, level = [], v.base
-    for name, value in reversed(list(zip(names, values, strict=True))):
-        steps.append({"player": name, "start": level, "end": level + value, "value": value})
+    for name, label, value in reversed(list(zip(names, shown, values, strict=True))):
+        steps.append(
+            {"player": name, "label": label, "start": level, "end": level + value, "value": value}
+        )
         level += value
     return steps
-
-
-# ----------------------------------------------------------------------------- matplotlib
-
-
-def figure(body: dict[str, Any], kind: str, index: int, max_features: int) -> Any:
-    """A matplotlib Figure (no pyplot: safe in worker threads)."""
-    from matplotlib.colors import TwoSlopeNorm
-    from matplotlib.figure import Figure
-
-    v = view(body, index)
-    kind = auto_kind(v) if kind == "auto" else kind
-    title = f"{v.explainer}: {v.output_name} = {v.output:.4g} (base {v.base:.4g})"
-    if kind in ("bar", "waterfall"):
-        names, values = top(v, max_features)
-        fig = Figure(figsize=(7, 0.35 * len(names) + 1.3))
-        ax = fig.add_subplot()
-        if kind == "bar":
-            ax.barh(names[::-1], values[::-1], color=[_sign(x) for x in values[::-1]])
-            ax.axvline(0, color="black", linewidth=0.8)
-        else:
-            steps = waterfall_steps(v, max_features)
-            ax.barh(
-                [s["player"] for s in steps],
-                [s["value"] for s in steps],
-                left=[s["start"] for s in steps],
-                color=[_sign(s["value"]) for s in steps],
-            )
-            ax.axvline(v.base, color="grey", linestyle="--", linewidth=0.8)
-            ax.axvline(v.output, color="black", linestyle=":", linewidth=0.8)
-            ax.use_sticky_edges = False  # bars start anywhere: keep a margin on both sides
-            ax.margins(x=0.05)
-        ax.set_xlabel("attribution" if kind == "bar" else "output")
-    elif kind == "heatmap":
-        grid, image = image_map(v), _image(v)
-        if grid is None or image is None:  # image_map(strict=True) raises first
-            raise InvalidInput("a heatmap needs an image instance")
-        fig = Figure(figsize=(5, 4.4))
-        ax = fig.add_subplot()
-        ax.imshow(image, cmap="gray_r")
-        limit = float(np.abs(grid).max()) or 1.0
-        shown = ax.imshow(
-            grid, cmap="bwr", alpha=0.6, norm=TwoSlopeNorm(0, vmin=-limit, vmax=limit)
-        )
-        fig.colorbar(shown, ax=ax, label="attribution")
-        ax.set_xticks([])
-        ax.set_yticks([])
-    elif kind == "text":
-        fig = _text_figure(v)
-    elif kind == "interactions":
-        matrix = interaction_matrix(v)
-        fig = Figure(figsize=(6, 5))
-        ax = fig.add_subplot()
-        limit = float(np.abs(matrix).max()) or 1.0
-        shown = ax.imshow(matrix, cmap="bwr", norm=TwoSlopeNorm(0, vmin=-limit, vmax=limit))
-        ax.set_xticks(range(len(v.names)), v.names, rotation=90)
-        ax.set_yticks(range(len(v.names)), v.names)
-        fig.colorbar(shown, ax=ax, label=str(v.raw["interactions"].get("index", "interaction")))
-    else:
-        raise InvalidInput(f"unknown plot kind {kind!r}")
-    fig.suptitle(title, fontsize=10)
-    _margins(fig, kind, v.names)
-    return fig
-
-
-def _margins(fig: Any, kind: str, names: list[str]) -> None:
-    """Fixed margins sized from the labels: tight_layout would draw the figure twice."""
-    width_in, height_in = fig.get_size_inches()
-    label_in = 0.09 * min(30, max((len(n) for n in names), default=4)) + 0.3  # ~10 pt chars
-    top = 1 - 0.45 / height_in
-    if kind in ("bar", "waterfall"):
-        fig.subplots_adjust(
-            left=min(0.6, label_in / width_in), right=0.97, top=top, bottom=0.6 / height_in
-        )
-    elif kind == "interactions":
-        side = min(0.45, label_in / min(width_in, height_in))
-        fig.subplots_adjust(left=side, right=0.95, top=top, bottom=side)
-    elif kind == "heatmap":
-        fig.subplots_adjust(left=0.04, right=0.96, top=top, bottom=0.04)
-    else:
-        fig.subplots_adjust(left=0.02, right=0.98, top=top, bottom=0.02)
-
-
-def _sign(value: float) -> str:
-    return POSITIVE if value >= 0 else NEGATIVE
-
-
-def _text_figure(v: View) -> Any:
-    """Words in reading order, each on a background coloured by its value (monospace layout)."""
-    from matplotlib import colormaps
-    from matplotlib.colors import TwoSlopeNorm
-    from matplotlib.figure import Figure
-
-    width, col = 88, 0  # characters per line at 10 pt on 8 inches
-    lines: list[list[tuple[int, str, float]]] = []
-    line: list[tuple[int, str, float]] = []
-    for name, value in zip(v.names, v.values, strict=True):
-        if col + len(name) > width and line:
-            lines.append(line)
-            line, col = [], 0
-        line.append((col, name, value))
-        col += len(name) + 1
-    lines.append(line)
-    fig = Figure(figsize=(8, 0.45 * len(lines) + 1.0))
-    ax = fig.add_subplot()
-    ax.set_xlim(0, 96)
-    ax.set_ylim(len(lines), -0.5)
-    ax.axis("off")
-    limit = float(np.abs(v.values).max()) or 1.0
-    norm, cmap = TwoSlopeNorm(0, vmin=-limit, vmax=limit), colormaps["bwr"]
-    for row, items in enumerate(lines):
-        for col, name, value in items:
-            ax.text(
-                col,
-                row,
-                name,
-                family="monospace",
-                va="center",
-                bbox={"facecolor": cmap(norm(value)), "edgecolor": "none", "pad": 1.5},
-            )
-    return fig
-
-
-def image_bytes(body: dict[str, Any], fmt: str, kind: str, index: int, max_features: int) -> bytes:
-    buf = io.BytesIO()
-    fig = figure(body, kind, index, max_features)
-    try:
-        fig.savefig(buf, format=fmt, dpi=100, metadata={"Date": None} if fmt == "svg" else None)
-    except (ValueError, OverflowError) as exc:  # e.g. values too large to lay out
-        raise InvalidInput(f"cannot draw this explanation: {exc}") from None
-    return buf.getvalue()
 
 
 # ----------------------------------------------------------------------------- Vega-Lite
 
 
-def vega_lite(body: dict[str, Any], kind: str, index: int, max_features: int) -> dict[str, Any]:
-    """A Vega-Lite v6 specification with the data inline."""
+def vega_lite(
+    body: dict[str, Any],
+    kind: str,
+    index: int,
+    max_features: int,
+    classes: Classes = None,
+) -> dict[str, Any]:
+    """A Vega-Lite v6 specification with the data inline; `classes`: the top class
+    probabilities of an image, shown under the original."""
     v = view(body, index)
     kind = auto_kind(v) if kind == "auto" else kind
     sign = {
@@ -305,47 +230,56 @@ def vega_lite(body: dict[str, Any], kind: str, index: int, max_features: int) ->
         "scale": {"domain": ["+", "-"], "range": [POSITIVE, NEGATIVE]},
         "legend": None,
     }
-    spec: dict[str, Any] = {
-        "$schema": VEGA_LITE_SCHEMA,
-        "title": f"{v.explainer}: {v.output_name} = {v.output:.4g} (base {v.base:.4g})",
-    }
-    if kind == "bar":
-        names, values = top(v, max_features)
-        rows = [
-            {"player": n, "value": float(x), "sign": "+" if x >= 0 else "-", "rank": i}
-            for i, (n, x) in enumerate(zip(names, values, strict=True))
-        ]
-        spec.update(
-            data={"values": rows},
-            mark="bar",
-            encoding={
-                "y": {"field": "player", "type": "nominal", "sort": {"field": "rank"}},
-                "x": {"field": "value", "type": "quantitative", "title": "attribution"},
-                "color": sign,
-                "tooltip": [{"field": "player"}, {"field": "value", "type": "quantitative"}],
-            },
-        )
-    elif kind == "waterfall":
-        steps = waterfall_steps(v, max_features)
-        rows = [
-            {**s, "sign": "+" if s["value"] >= 0 else "-", "rank": len(steps) - i}
-            for i, s in enumerate(steps)
-        ]
-        spec.update(
-            data={"values": rows},
-            mark="bar",
-            encoding={
-                "y": {"field": "player", "type": "nominal", "sort": {"field": "rank"}},
-                "x": {"field": "start", "type": "quantitative", "title": "output"},
-                "x2": {"field": "end"},
-                "color": sign,
-                "tooltip": [{"field": "player"}, {"field": "value", "type": "quantitative"}],
-            },
-        )
+    spec: dict[str, Any] = {"$schema": VEGA_LITE_SCHEMA, "title": title(v)}
+    tooltip = [{"field": "label", "title": "player"}, {"field": "value", "type": "quantitative"}]
+    if kind in ("bar", "waterfall"):
+        if kind == "bar":
+            names, values = top(v, max_features)
+            rows = [
+                {"player": n, "label": lab, "value": float(x), "sign": "+" if x >= 0 else "-",
+                 "rank": i, "text": f"{'+' if x >= 0 else ''}{num(float(x))}", "at": float(x)}
+                for i, (n, lab, x) in enumerate(zip(names, labels(v, names), values, strict=True))
+            ]  # fmt: skip
+            x: dict[str, Any] = {"field": "value", "type": "quantitative", "title": "attribution"}
+            x2 = None
+        else:
+            steps = waterfall_steps(v, max_features)
+            rows = [
+                {**s, "sign": "+" if s["value"] >= 0 else "-", "rank": len(steps) - i,
+                 "text": f"{'+' if s['value'] >= 0 else ''}{num(float(s['value']))}",
+                 "at": max(s["start"], s["end"])}
+                for i, s in enumerate(steps)
+            ]  # fmt: skip
+            x = {"field": "start", "type": "quantitative", "title": None, "scale": {"zero": False}}
+            x2 = {"field": "end"}
+            spec["title"] = {
+                "text": title(v),
+                "subtitle": f"E[f(x)] = {num(v.base)} → f(x) = {num(v.output)}",
+            }
+        y = {"field": "label", "type": "nominal", "sort": {"field": "rank"}, "title": None}
+        encoding = {"y": y, "x": x, "color": sign, "tooltip": tooltip}
+        bars: dict[str, Any] = {"mark": "bar", "encoding": encoding}
+        if x2 is not None:
+            bars["encoding"]["x2"] = x2
+        text_x = {"field": "at", "type": "quantitative"}
+        numbers = {
+            "mark": {"type": "text", "align": "left", "dx": 3, "fontSize": 10},
+            "encoding": {"y": y, "x": text_x, "text": {"field": "text"}},
+        }
+        layers = [bars, numbers]
+        if kind == "waterfall":
+            for at, name in ((v.base, "E[f(x)]"), (v.output, "f(x)")):
+                layers.append({
+                    "data": {"values": [{"x": at, "label": f"{name} = {num(at)}"}]},
+                    "mark": {"type": "rule", "strokeDash": [3, 3], "color": "#888"},
+                    "encoding": {"x": {"field": "x", "type": "quantitative"},
+                                 "tooltip": [{"field": "label"}]},
+                })  # fmt: skip
+        spec.update(data={"values": rows}, layer=layers)
     elif kind in ("heatmap", "interactions"):
         grid = image_map(v) if kind == "heatmap" else interaction_matrix(v)
         assert grid is not None  # image_map(strict=True) raises instead
-        image = _image(v) if kind == "heatmap" else None
+        image = image_of(v) if kind == "heatmap" else None
 
         def label(i: int) -> int | str:
             return i if image is not None else v.names[i]
@@ -361,29 +295,39 @@ def vega_lite(body: dict[str, Any], kind: str, index: int, max_features: int) ->
             for c in range(grid.shape[1])
         ]
         limit = float(np.abs(grid).max()) or 1.0
-        cell = {
-            "x": {"field": "col", "type": "ordinal", "sort": None},
-            "y": {"field": "row", "type": "ordinal", "sort": None},
+        cell: dict[str, dict[str, Any]] = {
+            "x": {"field": "col", "type": "ordinal", "sort": None, "axis": None},
+            "y": {"field": "row", "type": "ordinal", "sort": None, "axis": None},
         }
+        if image is None:
+            cell["x"]["axis"] = cell["y"]["axis"] = {"title": None}
         heat = {
-            "mark": {"type": "rect", "opacity": 0.6 if image is not None else 1.0},
+            "mark": {"type": "rect", "opacity": 0.85 if image is not None else 1.0},
             "encoding": {
                 **cell,
                 "color": {
                     "field": "value",
                     "type": "quantitative",
                     "scale": {"scheme": "redblue", "reverse": True, "domain": [-limit, limit]},
+                    "title": "attribution",
                 },
                 "tooltip": [{"field": "value", "type": "quantitative"}],
             },
         }
-        layers: list[dict[str, Any]] = [heat]
-        if image is not None:
-            grey = {"field": "pixel", "type": "quantitative", "scale": {"scheme": "greys"}}
-            layers.insert(0, {"mark": "rect", "encoding": {**cell, "color": grey}})
-        spec.update(data={"values": rows}, layer=layers)
-        if image is not None:
-            spec["resolve"] = {"scale": {"color": "independent"}}
+        if image is None:
+            spec.update(data={"values": rows}, **heat)
+        else:
+            grey = {"field": "pixel", "type": "quantitative", "scale": {"scheme": "greys"},
+                    "legend": None}  # fmt: skip
+            faint = {"mark": {"type": "rect", "opacity": 0.25}, "encoding": {**cell, "color": grey}}
+            original = {"title": "input", "mark": "rect", "encoding": {**cell, "color": grey}}
+            if classes:
+                original["title"] = {"text": "input", "subtitle": top_classes_text(classes)}
+            spec.update(
+                data={"values": rows},
+                hconcat=[original, {"title": "attributions", "layer": [faint, heat]}],
+                resolve={"scale": {"color": "independent"}},
+            )
     elif kind == "text":
         rows = [
             {"order": i, "word": n, "value": float(x), "sign": "+" if x >= 0 else "-"}
@@ -402,6 +346,11 @@ def vega_lite(body: dict[str, Any], kind: str, index: int, max_features: int) ->
     else:
         raise InvalidInput(f"unknown plot kind {kind!r}")
     return spec
+
+
+def top_classes_text(classes: list[tuple[str, float]]) -> str:
+    """'6: 97.1% · 5: 1.2% · 8: 0.9%'."""
+    return " · ".join(f"{name}: {100 * p:.1f}%" for name, p in classes)
 
 
 # ----------------------------------------------------------------------------- shap

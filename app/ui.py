@@ -14,7 +14,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from app import plots
+from app import plot_images, plots
 from app.errors import ERROR_RESPONSES
 from app.routes import explain_route, off_loop, service
 from app.schemas import ExplainResponse, request_model
@@ -81,21 +81,44 @@ INDEX = Query(0, ge=0, description="which explanation of the response")
 MAX_FEATURES = Query(20, ge=1, le=1000, description="bars shown; the rest are summed in one")
 
 
-async def render(body: dict[str, Any], q: PlotQuery) -> Response:
+def top_classes(svc: ExplainService, body: dict[str, Any], index: int) -> plots.Classes:
+    """The three most probable classes of an image explanation's instance, when the model that
+    answered is registered here in the same version (a heatmap shows them by the original)."""
+    try:
+        model = svc.model(str(body.get("model_name")))
+        e = body["data"]["explanations"][index]
+        if (
+            model.version != body.get("model_version")
+            or model.modality != "image"
+            or model.task != "classification"
+        ):
+            return None
+        probs = model.predict(np.asarray(e["data"], dtype=np.float64)[None])[0]
+    except Exception:  # no such model, a malformed body: the plot goes without them
+        return None
+    order = np.argsort(-probs)[:3]
+    return [(model.output_names[i], float(probs[i])) for i in order]
+
+
+async def render(body: dict[str, Any], q: PlotQuery, request: Request | None = None) -> Response:
     """Matplotlib runs in a worker thread: it is CPU work and must not block the loop."""
     if q.format == "shap":
         return JSONResponse(plots.shap_arguments(body))
+    classes = None
+    if request is not None and q.kind in ("auto", "heatmap"):
+        classes = await off_loop(request, top_classes, service(request), body, q.index)
     if q.format == "vega-lite":
-        spec = plots.vega_lite(body, q.kind, q.index, q.max_features)
+        spec = plots.vega_lite(body, q.kind, q.index, q.max_features, classes)
         return JSONResponse(spec, media_type="application/json")
     image = await anyio.to_thread.run_sync(
-        plots.image_bytes, body, q.format, q.kind, q.index, q.max_features
+        plot_images.image_bytes, body, q.format, q.kind, q.index, q.max_features, classes
     )
     return Response(image, media_type=MEDIA[q.format])
 
 
 @router.post("/v2/plots", tags=["plots"], response_class=Response, responses=PLOT_RESPONSES)
 async def plot_response(
+    request: Request,
     body: ExplainResponse,
     format: plots.Format = FORMAT,
     kind: plots.Kind = KIND,
@@ -104,7 +127,7 @@ async def plot_response(
 ) -> Response:
     """Render an explain response (the JSON an explain route returned) as a plot."""
     q = PlotQuery(format, kind, index, max_features)
-    return await render(body.model_dump(mode="json"), q)
+    return await render(body.model_dump(mode="json"), q, request)
 
 
 def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
@@ -123,7 +146,7 @@ def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
     ) -> Response:
         answer = await explain(request, model, body)
         result = await render(
-            json.loads(bytes(answer.body)), PlotQuery(format, kind, index, max_features)
+            json.loads(bytes(answer.body)), PlotQuery(format, kind, index, max_features), request
         )
         result.headers["X-Cache"] = answer.headers.get("X-Cache", "")
         return result

@@ -291,3 +291,68 @@ def test_values_whose_sum_overflows_are_400(client: TestClient) -> None:
         r = client.post(f"/v2/plots?format={fmt}&kind=waterfall", json=body)
         assert r.status_code == 400, r.text
         assert r.json()["code"] == "invalid_input"
+
+
+def test_waterfall_reads_like_shaps(client: TestClient, tabular: dict[str, Any]) -> None:
+    """Labels 'value = feature', a title naming model, explainer, target and f(x), and
+    E[f(x)] and f(x) marked."""
+    e = tabular["data"]["explanations"][0]
+    spec = client.post("/v2/plots?format=vega-lite&kind=waterfall", json=tabular).json()
+    vega_lite_validator().validate(spec)
+    from app.plots import num
+
+    f_x = num(e["instance_output_value"])
+    assert spec["title"]["text"] == f"diabetes-mlp · shapley · {e['output_name']} · f(x) = {f_x}"
+    labels = {row["player"]: row["label"] for row in spec["data"]["values"]}
+    assert labels["bmi"] == "25 = bmi" and labels["s5"] == "5 = s5"
+    marks = [layer["data"]["values"][0]["label"] for layer in spec["layer"] if "data" in layer]
+    assert marks[0].startswith("E[f(x)] = ") and marks[1].startswith("f(x) = ")
+    bar = client.post("/v2/plots?format=vega-lite&kind=bar", json=tabular).json()
+    vega_lite_validator().validate(bar)
+    assert {row["label"] for row in bar["data"]["values"]} >= {"25 = bmi", "90 = bp"}
+
+
+def test_heatmap_beside_the_original_with_top_classes(client: TestClient) -> None:
+    body = {"inputs": [DIGIT], "parameters": {"patch_size": 2}}
+    r = client.post("/v2/models/digits-cnn/explain/shapley/plot?format=vega-lite", json=body)
+    spec = r.json()
+    vega_lite_validator().validate(spec)
+    original, overlay = spec["hconcat"]
+    probs = client.post(
+        "/v2/models/digits-cnn/infer",
+        json={"inputs": [{"name": "input", "shape": [1, 8, 8], "datatype": "FP32",
+                          "data": np.ravel(DIGIT).tolist()}]},
+    )  # fmt: skip
+    assert probs.status_code == 200, probs.text
+    p = np.ravel(probs.json()["outputs"][0]["data"])
+    best = np.argsort(-p)[:3]
+    assert original["title"]["subtitle"] == " · ".join(f"{i}: {100 * p[i]:.1f}%" for i in best)
+    assert overlay["title"] == "attributions"
+    png = client.post("/v2/models/digits-cnn/explain/shapley/plot?format=png", json=body)
+    image = Image.open(io.BytesIO(png.content))
+    assert image.width > 1.5 * image.height  # two panels side by side
+
+
+def test_text_plot_keeps_every_character(client: TestClient) -> None:
+    from app import plot_images, plots
+
+    sentence = "The food was wonderful, but the service was slow."
+    body = explain(client, "sentiment-minilm", {"inputs": [sentence]})
+    pieces = plot_images.segments(plots.view(body, 0))
+    assert "".join(p for p, _ in pieces) == sentence  # the final '.' included
+    assert [p for p, v in pieces if v is not None] == [
+        p["text"] for p in body["data"]["explanations"][0]["players"]
+    ]
+    svg = client.post("/v2/plots?format=svg", json=body)
+    assert svg.status_code == 200 and b"red raises the output" in svg.content  # the legend
+    assert client.post("/v2/plots?format=png", json=body).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [(10140.0, "10140"), (1.5, "1.5"), (2e5, "2.00e+05"), (151.23, "151.2"), (0.508, "0.508")],
+)
+def test_numbers_people_read(x: float, text: str) -> None:
+    from app.plots import num
+
+    assert num(x) == text
