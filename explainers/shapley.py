@@ -23,7 +23,7 @@ from explainers.games import BudgetError, ExplainerError, Game, GameRecorder, ro
 from explainers.maskers import MaskedModelGame, patch_groups
 from models.base import Model, TextModel
 
-VERSION = "1"
+VERSION = "2"  # 2: sampled estimators draw in rounds (same seed, new answers): new cache keys
 
 
 @dataclass(frozen=True)
