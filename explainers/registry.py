@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from explainers import attribot, cocoa, gradients, rankshap, salvage_store, shapley, uni
+from explainers import attribot, cocoa, gradients, rankshap, salvage_store, shapley, sufficient, uni
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 from models.base import Model
@@ -148,6 +148,18 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "Liu, Kandpal & Raffel, ICLR 2025; Cohen-Wang et al. 2024 (ContextCite)",
         fields=attribot.AttriBoTFields,
         uses_inputs=False,
+    ),
+    ExplainerSpec(
+        "sufficient-subset",
+        sufficient.VERSION,
+        ("tabular", "image", "text"),
+        sufficient.SufficientOptions,
+        sufficient.explain,
+        "A minimal sufficient subset of features, patches or words: kept alone (the rest absent "
+        "as in Shapley), the model keeps its class; exact search or a pruned attribution order",
+        "Carter et al. 2019 (Sufficient Input Subsets); Ribeiro et al. 2018 (Anchors); SST, "
+        "ICLR 2025",
+        needs=("classifier",),
     ),
 )
 

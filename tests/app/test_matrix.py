@@ -106,6 +106,15 @@ BODIES: dict[tuple[str, str], Callable[[Kind], dict[str, Any]]] = {
     },
     ("cocoa", "encoder"): _cocoa,
     ("salvage", "image"): lambda k: {"inputs": [k.instance]},
+    ("sufficient-subset", "tabular"): lambda k: {
+        "inputs": [k.instance],
+        "parameters": {"order": "leave-one-out"},
+    },
+    ("sufficient-subset", "image"): lambda k: {
+        "inputs": [k.instance],
+        "parameters": {"patch_size": 4},
+    },
+    ("sufficient-subset", "text"): lambda k: {"inputs": [k.instance]},
     ("attribot", "lm"): lambda k: {
         "context": CONTEXT,
         "query": LM_QUERY,
