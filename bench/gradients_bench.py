@@ -203,6 +203,26 @@ def versus_captum(model: Model, x: np.ndarray, steps: int, method: str) -> dict[
     return out
 
 
+def uni_confident(model: Model, n: int) -> dict[str, Any]:
+    """UNI with its defaults on the first n test digits predicted with probability > 0.99:
+    what the baseline keeps of f(x), what the attributions explain, and the warnings."""
+    x = dataset_split("digits-cnn").x_test
+    x = x[model.predict(x).max(axis=1) > 0.99][:n]
+    res = uni.explain(model, x, options=uni.UniOptions())
+    kept = [e.base_value / e.instance_output_value for e in res.explanations]
+    explained = [e.values.sum() / e.instance_output_value for e in res.explanations]
+    codes = [w.code for e in res.explanations for w in e.warnings]
+    baselines = np.array([e.details["baseline"] for e in res.explanations])  # type: ignore[index]
+    return {
+        "n": len(x),
+        "median_baseline_share": float(np.median(kept)),
+        "max_baseline_share": float(np.max(kept)),
+        "median_explained_share": float(np.median(explained)),
+        "warnings": {c: codes.count(c) for c in sorted(set(codes))},
+        "baseline_range": [float(baselines.min()), float(baselines.max())],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=200, help="test digits")
@@ -212,6 +232,7 @@ def main() -> None:
     parser.add_argument("--perturbations", type=int, default=3)
     parser.add_argument("--fgsm-radius", type=float, default=0.02, help="FGSM step (pixels)")
     parser.add_argument("--no-captum", action="store_true", help="skip the captum comparison")
+    parser.add_argument("--uni-confident", type=int, default=100, help="confident digits (0: skip)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", default="", help="comma-separated method name prefixes")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -232,6 +253,8 @@ def main() -> None:
         row["n"] = n
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if args.uni_confident:
+        print(json.dumps({"uni_defaults_on_confident": uni_confident(model, args.uni_confident)}))
     cap = None if args.no_captum else versus_captum(model, x, 50, "gausslegendre")
     print(json.dumps(cap), flush=True)
     print(
