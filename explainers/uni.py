@@ -143,6 +143,8 @@ def unlearned_output(
             loss = -logp[0, target]  # cross-entropy of the class
             grads = torch.autograd.grad(loss, params, allow_unused=True)
         pairs = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
+        if not pairs:  # no weights to unlearn with (a module of constants)
+            return logp.detach(), evals, goal is None
         if options.unlearning_rule == "sgd":
             with torch.no_grad():
                 for p, g in pairs:
