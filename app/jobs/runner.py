@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +15,12 @@ from app.errors import ApiError
 from app.jobs.store import FINISHED, Job, JobStore
 from app.schemas import request_model
 from app.service import ExplainService
+from explainers.games import Cancelled, stop_when
 from explainers.registry import get_explainer
 
 log = logging.getLogger(__name__)
 WRITE_EVERY = 10  # instances between result writes: bounds rework after a crash
+CANCEL_POLL_S = 0.2  # how stale a running chunk's view of its job's cancel flag may be
 
 
 @dataclass
@@ -35,7 +38,12 @@ def run_chunk(ctx: JobContext, job_id: str, chunk: int) -> None:
     indices = job.chunk(chunk)
     todo = [i for i in indices if i not in ctx.store.stored_indices(job_id, indices)]
     try:
-        KINDS[job.kind](ctx, job, todo)
+        # A cancel reaches the explainers at their next model call (sampling: the next round).
+        with stop_when(CancelWatch(ctx, job_id)):
+            KINDS[job.kind](ctx, job, todo)
+    except Cancelled:
+        log.info("job %s chunk %d stopped: cancelled", job_id, chunk)
+        return
     except Exception as exc:
         log.exception("job %s chunk %d failed", job_id, chunk)
         ctx.store.finish(job_id, "failed", error=f"{type(exc).__name__}: {exc}")
@@ -50,13 +58,34 @@ def _cancelled(ctx: JobContext, job_id: str) -> bool:
     return job is None or job.status in FINISHED
 
 
+class CancelWatch:
+    """Whether a job was cancelled (or finished elsewhere), asking the store at most every
+    CANCEL_POLL_S seconds: explainers call it before every model call."""
+
+    def __init__(self, ctx: JobContext, job_id: str) -> None:
+        self.ctx = ctx
+        self.job_id = job_id
+        self.asked = -float("inf")
+        self.cancelled = False
+
+    def __call__(self, fresh: bool = False) -> bool:
+        now = time.monotonic()
+        if not self.cancelled and (fresh or now - self.asked >= CANCEL_POLL_S):
+            self.asked = now
+            self.cancelled = _cancelled(self.ctx, self.job_id)
+        return self.cancelled
+
+
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     """Explain each instance as a one-instance request, through the shared cache."""
     req = job.request
     spec = get_explainer(req["explainer"])
     body_model = request_model(spec)
     pending: dict[int, dict[str, Any]] = {}
+    watch = CancelWatch(ctx, job.id)
     for count, i in enumerate(todo, start=1):
+        if watch():  # the remaining instances don't run
+            return
         try:
             instance = req["inputs"][i]
             body = (
@@ -73,16 +102,19 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             if "background_audit" in out["meta"]:
                 result["background_audit"] = out["meta"]["background_audit"]
         except ApiError as exc:
+            if isinstance(exc.__cause__, Cancelled):
+                raise exc.__cause__ from None
             result = {"error": exc.message, "code": exc.code}
         except ValidationError as exc:
             result = {"error": f"invalid instance: {exc.errors()[0]['msg']}", "code": "invalid"}
         pending[i] = result
         if count % WRITE_EVERY == 0:
+            if watch(fresh=True):  # nothing is stored after a cancel
+                return
             ctx.store.add_results(job.id, pending)
             pending = {}
-            if _cancelled(ctx, job.id):
-                return
-    ctx.store.add_results(job.id, pending)
+    if not watch(fresh=True):
+        ctx.store.add_results(job.id, pending)
 
 
 def top_k_bootstrap(
