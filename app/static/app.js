@@ -33,10 +33,21 @@ function svg(tag, attrs = {}, ...children) {
 
 function title(text) { return svg("title", {}, text); }
 
+// 4 significant digits, no exponent between 1e-3 and 1e5 (10140, not 1.014e+4)
 function fmt(x) {
   if (typeof x !== "number" || !isFinite(x)) return String(x);
   const a = Math.abs(x);
-  return a !== 0 && (a < 1e-3 || a >= 1e5) ? x.toExponential(2) : x.toPrecision(4).replace(/\.?0+$/, "");
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return x.toExponential(2);
+  if (a < 1) return x.toPrecision(3).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+  const text = x.toFixed(Math.max(0, 3 - Math.floor(Math.log10(a))));
+  return text.includes(".") ? text.replace(/\.?0+$/, "") : text;
+}
+
+// a duration in milliseconds as people say it: 38 ms, 10.1 s, 2 min 5 s
+function duration(ms) {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
 }
 
 // value in [-limit, limit] -> red (raises the output) or blue (lowers it), alpha by size
@@ -105,13 +116,15 @@ async function init() {
   const select = $("model");
   select.replaceChildren(...state.models.map((m) =>
     el("option", { value: m.name, disabled: m.state !== "ready" ? "" : null, text: `${m.name} (${m.modality})` })));
-  const first = state.models.find((m) => m.state === "ready");
+  const ready = state.models.filter((m) => m.state === "ready");
+  const first = ready.find((m) => m.name === "diabetes-mlp") || ready.find((m) => m.modality === "tabular") || ready[0];
   const wanted = new URLSearchParams(location.search).get("model");
   select.value = (state.models.find((m) => m.name === wanted) || first || {}).name || "";
   select.onchange = () => loadModel(select.value);
   $("explainer").onchange = () => loadExplainer($("explainer").value);
   $("explain").onclick = explain;
   $("submit-job").onclick = submitJob;
+  $("compare").onclick = compare;
   for (const b of $("downloads").querySelectorAll("button")) b.onclick = () => download(b.dataset.format);
   if (select.value) await loadModel(select.value);
   pollJobs();
@@ -132,6 +145,10 @@ async function loadModel(name) {
   const names = meta.explainers.filter((e) => state.catalog[e]);
   const ex = $("explainer");
   ex.replaceChildren(...names.map((n) => el("option", { value: n, text: n })));
+  $("compare-explainer").replaceChildren(el("option", { value: "", text: "same" }),
+    ...names.filter((n) => requestSchema(n).required?.includes("inputs")).map((n) => el("option", { value: n, text: n })));
+  $("compare-target").replaceChildren(el("option", { value: "", text: "same" }),
+    ...meta.output_names.map((n, i) => el("option", { value: String(i), text: `${i}: ${n}` })));
   const wanted = new URLSearchParams(location.search).get("explainer");
   ex.value = names.includes(wanted) ? wanted : names[0] || "";
   if (ex.value) loadExplainer(ex.value);
@@ -173,7 +190,7 @@ function renderInput(meta) {
     box.append(el("textarea", { id: "text-input", rows: "4", text: ex.instances.length ? String(ex.instances[0])
       : "A great movie with a terrible ending, but the actors are wonderful." }));
   } else if (shape.length === 1 && meta.feature_names.length === shape[0]) {
-    const inputs = meta.feature_names.map((f) => el("input", { type: "number", step: "any", "data-feature": f, value: "0" }));
+    const inputs = meta.feature_names.map((f) => el("input", { type: "number", step: "any", "data-feature": f, required: "" }));
     const apply = (row) => inputs.forEach((input, i) => { input.value = fmt(row[i]); });
     box.append(el("div", { class: "table-form" }, ...meta.feature_names.map((f, i) => el("label", {}, f, inputs[i]))), exampleButton(apply));
     if (ex.instances.length) { apply(ex.instances[0]); next = 1; }
@@ -254,9 +271,23 @@ function drawingPad(shape, top) {
     el("p", { class: "muted", text: `${h}×${w} pixels, values 0 to ${fmt(top)}` }));
 }
 
+// a blank or invalid number is refused here, never sent as 0
+function numberOf(input, name) {
+  const raw = input.value.trim();
+  const ok = !input.validity.badInput && raw !== "" && Number.isFinite(Number(raw));
+  input.classList.toggle("invalid", !ok);
+  if (!ok) throw new Error(`${name} needs a number${input.validity.badInput || raw !== "" ? " (not valid)" : " (it is empty)"}`);
+  return Number(raw);
+}
+
 function readInstance() {
   const row = [...document.querySelectorAll("[data-feature]")];
-  if (row.length) return row.map((i) => Number(i.value));
+  if (row.length) {
+    const bad = row.filter((i) => i.validity.badInput || i.value.trim() === "" || !Number.isFinite(Number(i.value)));
+    row.forEach((i) => i.classList.toggle("invalid", bad.includes(i)));
+    if (bad.length) throw new Error(`fill in ${bad.map((i) => i.dataset.feature).join(", ")} with numbers`);
+    return row.map((i) => Number(i.value));
+  }
   const pad = document.querySelector("[data-testid=pad]");
   if (pad) return pad.readValue();
   const text = $("text-input");
@@ -295,22 +326,49 @@ function fieldInput(name, s, required, role, root = state.openapi) {
   return el("label", { class: "field" }, label, input, s.description ? el("span", { class: "muted", text: s.description }) : null);
 }
 
+// Options that only apply to another modality ("image models: ...", "text models: ...") are
+// hidden; evaluate (faithfulness figures) is one checkbox per metric.
+const ONLY = [[/^(image models|images)\b/i, "image"], [/^text models\b/i, "text"]];
+const IMAGE_OPTIONS = new Set(["patch_size", "blur_sigma"]);
+
+function modalityOf(name, s) {
+  if (IMAGE_OPTIONS.has(name)) return "image";
+  const hit = ONLY.find(([re]) => re.test(s.description || ""));
+  return hit ? hit[1] : null;
+}
+
 function renderOptions(schema) {
   state.optionsSchema = schema;
+  const modality = state.model ? state.model.modality : null;
   const props = Object.entries(schema.properties || {});
-  $("options").replaceChildren(...props.map(([k, s]) => fieldInput(k, mainType(s, schema), false, "option", schema)));
+  const fields = props.map(([k, s]) => {
+    const main = mainType(s, schema);
+    const node = fieldInput(k, main, false, "option", schema);
+    const only = modalityOf(k, main);
+    if (only && only !== modality) node.hidden = true;
+    node.dataset.only = only || "";
+    return node;
+  });
+  const metrics = ["deletion", "insertion", "mufidelity", "sensitivity"];
+  const evaluate = el("fieldset", { class: "evaluate", "data-testid": "evaluate" }, el("legend", { text: "Evaluate (faithfulness)" }),
+    ...metrics.map((m) => el("label", { class: "inline" }, el("input", { type: "checkbox", "data-metric": m }), m)),
+    el("span", { class: "muted", text: "each explanation gets details.evaluation: deletion/insertion AUC, MuFidelity, sensitivity" }));
+  $("options").replaceChildren(...fields, evaluate);
 }
 
 function readFields(role) {
   const out = {};
   for (const input of document.querySelectorAll(`[data-role=${role}]`)) {
     const raw = input.value.trim();
-    if (raw === "") continue;
+    if (input.closest("[hidden]")) continue; // controls for another modality
+    if (raw === "" && !(input.validity && input.validity.badInput)) continue;
     const kind = input.dataset.kind;
-    if (kind === "number") out[input.dataset.name] = Number(raw);
+    if (kind === "number") out[input.dataset.name] = numberOf(input, input.dataset.name);
     else if (kind === "string") out[input.dataset.name] = input.value;
     else if (kind === "lines") out[input.dataset.name] = raw.split("\n").map((x) => x.trim()).filter(Boolean);
-    else out[input.dataset.name] = JSON.parse(raw);
+    else {
+      try { out[input.dataset.name] = JSON.parse(raw); } catch { throw new Error(`${input.dataset.name} is not valid JSON`); }
+    }
   }
   return out;
 }
@@ -318,13 +376,15 @@ function readFields(role) {
 function buildRequest() {
   const explainer = $("explainer").value;
   const schema = requestSchema(explainer);
-  const body = { seed: Number($("seed").value || 0), parameters: readFields("option"), ...readFields("field") };
+  const body = { seed: $("seed").value.trim() === "" ? 0 : numberOf($("seed"), "seed"), parameters: readFields("option"), ...readFields("field") };
+  const metrics = [...document.querySelectorAll("[data-metric]:checked")].map((c) => c.dataset.metric);
+  if (metrics.length) body.parameters.evaluate = metrics;
   if ((schema.required || []).includes("inputs")) {
     const json = $("json-input");
     body.inputs = json ? JSON.parse(json.value) : [readInstance()];
   }
   if ($("target").value !== "") body.target = Number($("target").value);
-  if ($("budget").value !== "") body.budget = Number($("budget").value);
+  if ($("budget").value.trim() !== "" || $("budget").validity.badInput) body.budget = numberOf($("budget"), "budget");
   return { explainer, body };
 }
 
@@ -343,7 +403,7 @@ async function explain() {
     state.last = body;
     state.lastRequest = request;
     renderResult(body, request);
-    setStatus(`done in ${Math.round(performance.now() - started)} ms (cache ${body.meta.cache})`);
+    setStatus(`done in ${duration(performance.now() - started)} (cache ${body.meta.cache})`);
     $("result").dataset.state = "done";
   } catch (err) {
     setStatus(err.message, true);
@@ -368,7 +428,7 @@ function renderResult(body, request) {
   const m = body.meta;
   $("summary").replaceChildren(
     el("h2", { text: `${body.model_name} · ${m.explainer} v${m.explainer_version}` }),
-    el("p", { class: "muted", text: `request ${body.id} · ${m.exact ? "exact" : "estimated"} · ${m.n_model_evals} model evaluations · ${fmt(m.compute_ms)} ms · cache ${m.cache}${m.additive === false ? " · not additive" : ""}` }),
+    el("p", { class: "muted", text: `request ${body.id} · ${m.exact ? "exact" : "estimated"} · ${m.n_model_evals.toLocaleString("en")} model evaluations · ${duration(m.compute_ms)} · cache ${m.cache}${m.additive === false ? " · not additive" : ""}` }),
     el("details", {}, el("summary", { text: "meta" }), el("pre", { text: JSON.stringify(m, null, 2) })));
   $("downloads").hidden = false;
   const names = body.data.feature_names;
@@ -383,7 +443,7 @@ function playerNames(e, names) {
 function renderExplanation(e, index, featureNames, meta, request) {
   const names = playerNames(e, featureNames);
   const how = e.exact && e.estimator !== "exact" ? `${e.estimator}, exact` : e.estimator;
-  const head = el("h3", { text: `#${index} · ${e.output_name}: ${fmt(e.instance_output_value)} (base ${fmt(e.base_value)}, ${how})` });
+  const head = el("h3", { text: `#${index} · ${e.output_name} · f(x) = ${fmt(e.instance_output_value)} · E[f(x)] = ${fmt(e.base_value)} · ${how}` });
   const charts = el("div", { class: "charts" });
   const box = el("div", { class: "explanation", "data-index": String(index) }, head);
   // Reasons to trust these numbers less, next to them (noisy_estimate, flat_game, ...).
@@ -396,9 +456,17 @@ function renderExplanation(e, index, featureNames, meta, request) {
   const image = imageOf(e.data);
   const grid = image ? pixelMap(e, names, image, meta.parameters || {}) : null;
   if (e.players) charts.append(chart("Highlighted text", highlight(e, request)));
-  if (grid) charts.append(chart("Heatmap on the image", heatmap(image, grid)));
-  if (!grid || names.length <= 64) charts.append(chart("Attributions", barChart(names, e.values, e.error_std)));
-  if (meta.additive !== false && names.length > 1 && !e.players && !grid) charts.append(chart("Waterfall", waterfall(names, e)));
+  if (grid) {
+    const classes = el("p", { class: "top-classes muted", "data-testid": "top-classes" });
+    charts.append(chart("Input", el("div", {}, heatmap(image, null, false), classes)),
+      chart(`Attributions to ${e.output_name}`, heatmap(image, grid)));
+    topClasses(e.data).then((text) => { classes.textContent = text; }).catch(() => {});
+  }
+  // shap's labels for a table row: "31.2 = bmi"
+  const tabular = Array.isArray(e.data) && e.data.length === names.length && e.data.every((x) => typeof x === "number");
+  const shown = tabular ? names.map((n, i) => `${fmt(e.data[i])} = ${n}`) : names;
+  if (!grid || names.length <= 64) charts.append(chart("Attributions", barChart(shown, e.values, e.error_std)));
+  if (meta.additive !== false && names.length > 1 && !e.players && !grid) charts.append(chart("Waterfall", waterfall(shown, e)));
   if (e.interactions) charts.append(chart(`Interactions (${e.interactions.index})`, interactionMatrix(names, e.interactions)));
   if (e.details) box.append(renderDetails(e.details, names, request, image, typeof e.data === "string" ? e.data : null));
   return box;
@@ -436,20 +504,35 @@ function pixelMap(e, names, image, parameters) {
   return null;
 }
 
+// the three most probable classes of an image (OIP infer on the model that explained it)
+async function topClasses(data) {
+  const meta = state.model;
+  if (!meta || meta.task !== "classification" || meta.modality !== "image") return "";
+  const tensor = meta.inputs[0];
+  const body = { inputs: [{ name: tensor.name, shape: [1, ...tensor.shape.slice(1)], datatype: tensor.datatype, data: data.flat(3) }] };
+  const answer = await api(`/v2/models/${encodeURIComponent(meta.name)}/infer`, { method: "POST", body: JSON.stringify(body) });
+  const p = answer.outputs[0].data.flat(3);
+  const best = p.map((_, i) => i).sort((a, b) => p[b] - p[a]).slice(0, 3);
+  return best.map((i) => `${meta.output_names[i]}: ${(100 * p[i]).toFixed(1)}%`).join(" · ");
+}
+
+// grid null: the image alone (dark ink on white); else the attributions over a faint copy
 function heatmap(image, grid, legend = true) {
   const h = image.length, w = image[0].length;
-  const cell = Math.max(4, Math.floor(280 / Math.max(h, w)));
+  const cell = Math.max(4, Math.floor(240 / Math.max(h, w)));
   const flat = image.flat();
   const lo = Math.min(...flat), hi = Math.max(...flat);
-  const limit = Math.max(...grid.flat().map(Math.abs)) || 1;
-  const root = svg("svg", { width: w * cell + 70, height: h * cell, "data-testid": "heatmap" });
+  const width = w * cell + (legend ? 70 : 0);
+  const root = svg("svg", { width, height: h * cell, viewBox: `0 0 ${width} ${h * cell}`, "data-testid": grid ? "heatmap" : "original" });
   for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
     const g = Math.round(255 * (1 - (hi > lo ? (image[r][c] - lo) / (hi - lo) : 0)));
-    root.append(svg("rect", { x: c * cell, y: r * cell, width: cell, height: cell, fill: `rgb(${g},${g},${g})` }));
+    root.append(svg("rect", { x: c * cell, y: r * cell, width: cell, height: cell, fill: `rgb(${g},${g},${g})`, opacity: grid ? 0.25 : 1 }));
   }
+  if (!grid) return root;
+  const limit = Math.max(...grid.flat().map(Math.abs)) || 1;
   for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
     root.append(svg("rect", { class: "heat-cell", x: c * cell, y: r * cell, width: cell, height: cell,
-      fill: colour(grid[r][c], limit, 0.75), "data-value": grid[r][c] }, title(`(${r}, ${c}) pixel ${fmt(image[r][c])}, attribution ${fmt(grid[r][c])}`)));
+      fill: colour(grid[r][c], limit, 0.9), "data-value": grid[r][c] }, title(`(${r}, ${c}) pixel ${fmt(image[r][c])}, attribution ${fmt(grid[r][c])}`)));
   }
   const x0 = w * cell + 12;
   if (!legend) return root;
@@ -475,7 +558,7 @@ function barChart(names, values, errors) {
   const rowH = 18, labelW = 150, plotW = 320, margin = 60, width = labelW + plotW + 2 * margin;
   const limit = Math.max(...rows.map((r) => Math.abs(r.value) + (r.error || 0))) || 1;
   const x = (v) => labelW + margin + plotW / 2 + (v / limit) * (plotW / 2);
-  const root = svg("svg", { width, height: rows.length * rowH + 10, "data-testid": "bars" });
+  const root = svg("svg", { width, height: rows.length * rowH + 10, viewBox: `0 0 ${width} ${rows.length * rowH + 10}`, "data-testid": "bars" });
   rows.forEach((row, i) => {
     const y = i * rowH + 4;
     root.append(svg("text", { x: labelW - 6, y: y + 12, "text-anchor": "end" }, row.name.length > 22 ? `${row.name.slice(0, 21)}…` : row.name));
@@ -498,7 +581,7 @@ function waterfall(names, e) {
   const rowH = 18, labelW = 150, plotW = 320;
   const x = (v) => labelW + ((v - lo) / (hi - lo || 1)) * plotW;
   const height = (steps.length + 2) * rowH + 10;
-  const root = svg("svg", { width: labelW + plotW + 70, height, "data-testid": "waterfall" });
+  const root = svg("svg", { width: labelW + plotW + 70, height, viewBox: `0 0 ${labelW + plotW + 70} ${height}`, "data-testid": "waterfall" });
   root.append(svg("text", { x: labelW - 6, y: 14, "text-anchor": "end" }, `f(x) = ${fmt(e.instance_output_value)}`));
   root.append(svg("line", { x1: x(e.instance_output_value), x2: x(e.instance_output_value), y1: 2, y2: height, stroke: "#999", "stroke-dasharray": "3 3" }));
   steps.forEach((s, i) => {
@@ -592,7 +675,7 @@ function renderDetails(details, names, request, instanceImage, instanceText) {
       }
     }
     if (image) {
-      box.append(chart(`${key} (image)`, heatmap(image, image.map((row) => row.map(() => 0)), false)));
+      box.append(chart(`${key} (image)`, heatmap(image, null, false)));
     } else if (key === "ranking" && documents && Array.isArray(value) && value.every(Number.isInteger)) {
       box.append(chart("Ranking", rankingTable(value, documents, details.scores)));
     } else if (Array.isArray(value) && value.length && value.every((v) => typeof v === "string")) {
@@ -640,6 +723,196 @@ function recordTable(records, request) {
   return table;
 }
 
+
+// ------------------------------------------------------------------ compare
+
+// Spearman's rank correlation (average ranks for ties)
+function spearman(a, b) {
+  const rank = (x) => {
+    const order = x.map((_, i) => i).sort((i, j) => x[i] - x[j]);
+    const r = new Array(x.length);
+    for (let k = 0; k < order.length;) {
+      let e = k;
+      while (e + 1 < order.length && x[order[e + 1]] === x[order[k]]) e++;
+      for (let t = k; t <= e; t++) r[order[t]] = (k + e) / 2;
+      k = e + 1;
+    }
+    return r;
+  };
+  const ra = rank(a), rb = rank(b), mean = (a.length - 1) / 2;
+  let num = 0, da = 0, db = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (ra[i] - mean) * (rb[i] - mean); da += (ra[i] - mean) ** 2; db += (rb[i] - mean) ** 2;
+  }
+  return da > 0 && db > 0 ? num / Math.sqrt(da * db) : NaN;
+}
+
+function topK(names, values, k) {
+  return new Set(values.map((_, i) => i).sort((i, j) => Math.abs(values[j]) - Math.abs(values[i])).slice(0, k).map((i) => names[i]));
+}
+
+// the two explanations' values on their common players, by name (in A's order)
+function agreement(namesA, valuesA, namesB, valuesB) {
+  const at = new Map(namesB.map((n, i) => [n, i]));
+  const common = namesA.map((n, i) => [n, i, at.get(n)]).filter(([, , j]) => j !== undefined);
+  const a = common.map(([, i]) => valuesA[i]), b = common.map(([, , j]) => valuesB[j]);
+  const names = common.map(([n]) => n);
+  const k = Math.min(5, names.length);
+  const ta = topK(names, a, k), tb = topK(names, b, k);
+  const overlap = [...ta].filter((n) => tb.has(n)).length;
+  const signs = a.filter((v, i) => Math.sign(v) === Math.sign(b[i])).length;
+  return { n: names.length, rho: spearman(a, b), k, overlap, signs, onlyA: [...ta].filter((n) => !tb.has(n)), onlyB: [...tb].filter((n) => !ta.has(n)) };
+}
+
+function describe(body) {
+  const e = body.data.explanations[0];
+  return `${body.meta.explainer} · ${e.output_name} · budget ${body.meta.budget.toLocaleString("en")}`;
+}
+
+async function compare() {
+  let a, b;
+  try {
+    a = buildRequest();
+    b = { explainer: $("compare-explainer").value || a.explainer, body: { ...a.body, parameters: { ...a.body.parameters } } };
+    if (b.explainer !== a.explainer) { // options and fields belong to A's explainer
+      b.body = { inputs: a.body.inputs, seed: a.body.seed, parameters: {} };
+      for (const k of ["target", "budget"]) if (k in a.body) b.body[k] = a.body[k];
+      if (a.body.parameters.evaluate) b.body.parameters.evaluate = a.body.parameters.evaluate;
+    }
+    if ($("compare-target").value !== "") b.body.target = Number($("compare-target").value);
+    if ($("compare-budget").value.trim() !== "" || $("compare-budget").validity.badInput) b.body.budget = numberOf($("compare-budget"), "budget of B");
+  } catch (err) { setStatus(`bad input: ${err.message}`, true); return; }
+  if (JSON.stringify(a) === JSON.stringify(b)) { setStatus("choose another explainer, target or budget for B", true); return; }
+  const model = encodeURIComponent(state.model.name);
+  const run = (r) => api(`/v2/models/${model}/explain/${r.explainer}`, { method: "POST", body: JSON.stringify(r.body) });
+  setStatus("comparing…");
+  $("result").dataset.state = "loading";
+  const started = performance.now();
+  try {
+    const A = await run(a);
+    const B = await run(b);
+    state.last = A;
+    state.lastRequest = a;
+    renderComparison(A, a, B, b);
+    setStatus(`compared in ${duration(performance.now() - started)}`);
+    $("result").dataset.state = "done";
+  } catch (err) {
+    setStatus(err.message, true);
+    $("result").dataset.state = "error";
+  }
+}
+
+function renderComparison(A, a, B, b) {
+  const [ea, eb] = [A.data.explanations[0], B.data.explanations[0]];
+  const g = agreement(playerNames(ea, A.data.feature_names), ea.values, playerNames(eb, B.data.feature_names), eb.values);
+  const facts = g.n < 2 ? el("p", { class: "muted", text: "fewer than two common players: nothing to rank" })
+    : el("p", {}, el("strong", { text: `Spearman ρ = ${fmt(g.rho)}` }), ` · top-${g.k} overlap ${g.overlap}/${g.k} · same sign on ${g.signs}/${g.n} players`,
+      g.onlyA.length ? ` · only in A's top ${g.k}: ${g.onlyA.join(", ")}; only in B's: ${g.onlyB.join(", ")}` : "");
+  $("summary").replaceChildren(el("h2", { text: `${A.model_name} · A vs B` }),
+    el("div", { class: "agreement", "data-testid": "agreement", "data-spearman": String(g.rho), "data-overlap": String(g.overlap), "data-k": String(g.k) }, facts));
+  $("downloads").hidden = true;
+  const side = (label, body, request) => el("div", { class: "side", "data-side": label },
+    el("h3", { text: `${label}: ${describe(body)}` }),
+    el("p", { class: "muted", text: `${body.meta.exact ? "exact" : "estimated"} · ${body.meta.n_model_evals.toLocaleString("en")} model evaluations · ${duration(body.meta.compute_ms)}` }),
+    renderExplanation(body.data.explanations[0], 0, body.data.feature_names, body.meta, request));
+  $("explanations").replaceChildren(el("div", { class: "compare", "data-testid": "compare" }, side("A", A, a), side("B", B, b)));
+}
+
+// ------------------------------------------------------------------ job view
+
+async function fetchBlob(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error(body.error ? `${body.error} (${body.code})` : `HTTP ${response.status}`);
+  }
+  return response.blob();
+}
+
+async function saveAs(path, name) {
+  try {
+    const a = el("a", { href: URL.createObjectURL(await fetchBlob(path)), download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+  } catch (err) { setStatus(err.message, true); }
+}
+
+function plotImage(path, alt) {
+  const img = el("img", { alt, class: "global-plot" });
+  const box = el("div", { class: "chart" }, img);
+  img.load = (url) => fetchBlob(url).then((blob) => { img.src = URL.createObjectURL(blob); img.dataset.loaded = "true"; })
+    .catch((err) => box.replaceChildren(el("p", { class: "error", text: err.message })));
+  img.load(path);
+  return box;
+}
+
+function percent(x) { return `${Math.round(100 * x)}%`; }
+
+async function showJob(id) {
+  const box = $("job-view");
+  box.hidden = false;
+  box.dataset.job = id;
+  box.dataset.state = "loading";
+  for (const tr of $("jobs").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.job === id);
+  let job;
+  try { job = await api(`/v2/jobs/${id}`); } catch (err) { box.replaceChildren(el("p", { class: "error", text: err.message })); return; }
+  const base = `/v2/jobs/${encodeURIComponent(id)}`;
+  const s = job.summary || {};
+  const took = job.finished_at && job.started_at ? ` · ${duration(1000 * (job.finished_at - job.started_at))}` : "";
+  const parts = [el("h3", { text: `Job ${id.slice(0, 12)} · ${job.kind} · ${job.model} · ${job.status}${took}` })];
+  if (job.error) parts.push(el("p", { class: "error", text: job.error }));
+  const finished = ["succeeded", "failed", "cancelled"].includes(job.status);
+  if (job.kind !== "audit" || !finished) {
+    parts.push(el("p", { class: "muted", text: finished ? "" : "the results show here when the job has finished (click the row again)" }));
+    if (job.summary) parts.push(el("pre", { text: JSON.stringify(job.summary, null, 2) }));
+    box.replaceChildren(...parts);
+    box.dataset.state = "done";
+    return;
+  }
+  parts.push(el("p", { text: `${s.instances} instances · ${s.errors} errors · ${s.cache_hits ?? 0} from the cache` }));
+  const warnings = Object.entries(s.warnings || {});
+  parts.push(warnings.length
+    ? el("ul", { class: "warnings", "data-testid": "job-warnings" }, ...warnings.map(([code, n]) =>
+      el("li", { class: "warning", "data-code": code, "data-count": String(n) }, el("strong", { text: code.replaceAll("_", " ") }), `: ${n} of ${s.instances} instances`)))
+    : el("p", { class: "muted", "data-testid": "job-warnings", text: "no warnings on any instance" }));
+  if (s.top_features) {
+    const boot = s.top_features_bootstrap;
+    parts.push(el("p", { "data-testid": "stability" },
+      el("strong", { text: `Top features: ${s.top_features.join(", ")}` }),
+      ` · the instance's top feature is the audit's in ${percent(s.top1_agreement)} of instances · top-${s.top_features.length} Jaccard ${fmt(s.topk_jaccard)}`,
+      boot ? ` · the same top ${s.top_features.length} in ${percent(boot.same_top_k)} of ${boot.resamples} bootstrap resamples (${Object.entries(boot.in_top_k).slice(0, 6).map(([n, p]) => `${n} ${percent(p)}`).join(", ")})` : ""));
+  }
+  const perClass = Object.entries(s.per_class || {});
+  if (perClass.length === 1) {
+    parts.push(el("p", { "data-testid": "per-class" }, `Every instance explains ${perClass[0][0]}.`));
+  } else if (perClass.length) {
+    const cells = perClass.map(([name, c]) => el("div", { class: "chart", "data-class": name },
+      el("h4", { text: `${name}: ${c.instances} instances` }),
+      c.mean_abs_value && s.feature_names ? barChart(s.feature_names, c.mean_abs_value, null) : null));
+    parts.push(el("h4", { text: "Per explained class (mean |value|)" }), el("div", { class: "charts", "data-testid": "per-class" }, ...cells));
+  }
+  if (s.feature_names) {
+    const feature = el("select", { id: "dependence-feature" }, ...s.feature_names.map((n) => el("option", { value: n, text: n })));
+    feature.value = s.top_features ? s.top_features[0] : s.feature_names[0];
+    const dependence = plotImage(`${base}/plot?kind=dependence&format=svg&feature=${encodeURIComponent(feature.value)}`, "dependence plot");
+    feature.onchange = () => dependence.querySelector("img").load(`${base}/plot?kind=dependence&format=svg&feature=${encodeURIComponent(feature.value)}`);
+    parts.push(el("div", { class: "charts", "data-testid": "global-plots" },
+      plotImage(`${base}/plot?kind=summary&format=svg`, "summary plot"),
+      plotImage(`${base}/plot?kind=beeswarm&format=svg`, "beeswarm plot"),
+      el("div", {}, el("label", {}, "Dependence on", feature), dependence)));
+  } else {
+    parts.push(el("p", { class: "muted", text: "no global plot: the players of a text audit differ per instance" }));
+  }
+  const name = `${job.model}-${id.slice(0, 12)}`;
+  parts.push(el("div", { class: "downloads", "data-testid": "job-downloads" }, "Download results: ",
+    el("button", { type: "button", onclick: () => saveAs(`${base}/results?format=csv`, `${name}.csv`) }, "CSV"),
+    el("button", { type: "button", onclick: () => saveAs(`${base}/results?format=parquet`, `${name}.parquet`) }, "Parquet"),
+    el("button", { type: "button", onclick: () => saveAs(`${base}/results`, `${name}.jsonl`) }, "JSON lines")));
+  box.replaceChildren(...parts);
+  box.dataset.state = "done";
+}
+
 // ------------------------------------------------------------------ jobs
 
 async function submitJob() {
@@ -665,7 +938,8 @@ async function pollJobs(once = false) {
   if (pollTimer && !once) return;
   try {
     const jobs = await api("/v2/jobs?limit=20");
-    $("jobs").tBodies[0].replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.id, "data-status": j.status },
+    $("jobs").tBodies[0].replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.id, "data-status": j.status,
+      class: j.id === $("job-view").dataset.job ? "selected" : null, title: "show this job", onclick: () => showJob(j.id) },
       el("td", { text: j.id.slice(0, 12) }), el("td", { text: j.kind }), el("td", { text: j.model }),
       el("td", { text: j.status, class: j.status === "failed" ? "error" : null, title: j.error || "" }),
       el("td", {}, el("progress", { max: String(Math.max(1, j.progress.total)), value: String(j.progress.done) }),

@@ -5,6 +5,8 @@ tests/artifacts/ (ignored by git, kept by CI as artifacts)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +86,8 @@ def values_of(page: Any, selector: str) -> list[float]:
 
 def test_tabular_bars_and_waterfall(inprocess_server: str, page: Page) -> None:
     page.explain(f"{inprocess_server}/?model=diabetes-mlp&explainer=shapley")
+    status = page.page.inner_text("#status")
+    assert re.fullmatch(r"done in (\d+ ms|\d+\.\d s) \(cache \w+\)", status), status
     row = [
         float(v)
         for v in page.page.eval_on_selector_all("[data-feature]", "ns => ns.map(n => n.value)")
@@ -108,6 +112,12 @@ def test_image_heatmap(inprocess_server: str, page: Page) -> None:
     # patch_size 2 (the default): each patch value covers its 2x2 pixels
     assert sorted(set(round(v, 9) for v in cells)) == sorted(set(round(v, 9) for v in patches))
     assert any(abs(v) > 0 for v in cells)
+    # the original beside the heatmap, with the model's three most probable classes
+    assert page.page.locator("[data-testid=original]").count() == 1
+    page.page.wait_for_function(
+        "document.querySelector('[data-testid=top-classes]').textContent.includes('%')"
+    )
+    assert page.page.inner_text("[data-testid=top-classes]").count("%") == 3
     page.shot("image")
     assert page.errors == []
 
@@ -163,4 +173,131 @@ def test_warnings_next_to_the_values(inprocess_server: str, page: Page) -> None:
     # An exact answer has nothing to warn about: no warning box at all.
     page.explain(f"{inprocess_server}/?model=diabetes-mlp&explainer=shapley")
     assert page.page.locator("[data-testid=warnings]").count() == 0
+    assert page.errors == []
+
+
+def test_landing_page_opens_on_a_tabular_model_with_its_example(
+    inprocess_server: str, page: Page
+) -> None:
+    page.page.goto(inprocess_server)
+    page.page.wait_for_selector("[data-feature]")
+    assert page.page.input_value("#model") == "diabetes-mlp"
+    row = page.page.eval_on_selector_all("[data-feature]", "ns => ns.map(n => n.value)")
+    assert len(row) == 10 and all(v != "" for v in row)
+    page.shot("landing")
+    assert page.errors == []
+
+
+def test_blank_or_invalid_numbers_are_refused_before_sending(
+    inprocess_server: str, page: Page
+) -> None:
+    page.page.goto(f"{inprocess_server}/?model=diabetes-mlp&explainer=shapley")
+    page.page.wait_for_selector("[data-feature=bmi]")
+    sent: list[str] = []
+    page.page.on("request", lambda r: sent.append(r.url) if "/explain/" in r.url else None)
+    page.page.fill("[data-feature=bmi]", "")
+    page.page.click("#explain")
+    status = page.page.locator("#status")
+    assert "bmi" in status.inner_text() and status.get_attribute("class") == "error"
+    assert page.page.locator("[data-feature=bmi].invalid").count() == 1
+    page.page.click("#budget")
+    page.page.keyboard.type("1e")  # no number at all: the field's badInput, value ""
+    page.page.fill("[data-feature=bmi]", "27")
+    page.page.click("#explain")
+    assert "budget" in status.inner_text()
+    page.shot("form-error")
+    assert sent == [] and page.page.get_attribute("#result", "data-state") == "empty"
+    assert page.errors == []
+
+
+def option_visible(page: Any, name: str) -> bool:
+    return bool(page.locator(f"[data-role=option][data-name={name}]").is_visible())
+
+
+def test_options_follow_the_model_and_evaluate(inprocess_server: str, page: Page) -> None:
+    page.page.goto(f"{inprocess_server}/?model=diabetes-mlp&explainer=shapley")
+    page.page.wait_for_selector("[data-feature]")
+    page.page.click("#options-box summary")
+    assert not option_visible(page.page, "patch_size") and not option_visible(page.page, "players")
+    assert option_visible(page.page, "estimator")
+    page.page.check("[data-metric=deletion]")
+    with page.page.expect_request(lambda r: "/explain/shapley" in r.url) as request:
+        page.page.click("#explain")
+    assert json.loads(request.value.post_data or "{}")["parameters"]["evaluate"] == ["deletion"]
+    page.page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    assert page.page.get_by_text("evaluation:").count() >= 1
+    page.shot("options-tabular")
+    for model, shown, hidden in (
+        ("digits-cnn", "patch_size", "players"),
+        ("sentiment-minilm", "players", "patch_size"),
+    ):
+        page.page.goto(f"{inprocess_server}/?model={model}&explainer=shapley")
+        page.page.wait_for_selector(f"[data-role=option][data-name={shown}]", state="attached")
+        page.page.click("#options-box summary")
+        assert option_visible(page.page, shown) and not option_visible(page.page, hidden)
+    assert page.errors == []
+
+
+def test_compare_two_explainers(inprocess_server: str, page: Page) -> None:
+    from scipy import stats
+
+    page.page.goto(f"{inprocess_server}/?model=diabetes-mlp&explainer=shapley")
+    page.page.wait_for_selector("[data-feature]")
+    row = [
+        float(v)
+        for v in page.page.eval_on_selector_all("[data-feature]", "ns => ns.map(n => n.value)")
+    ]
+    page.page.click("#compare-box summary")
+    page.page.select_option("#compare-explainer", "integrated-gradients")
+    page.page.click("#compare")
+    page.page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    sides = page.page.locator("[data-testid=compare] .side")
+    assert sides.count() == 2
+    answers = [
+        httpx.post(
+            f"{inprocess_server}/v2/models/diabetes-mlp/explain/{name}",
+            json={"inputs": [row], "seed": 0, "parameters": {}},
+            timeout=60,
+        ).json()["data"]["explanations"][0]["values"]
+        for name in ("shapley", "integrated-gradients")
+    ]
+    box = page.page.locator("[data-testid=agreement]")
+    rho = stats.spearmanr(answers[0], answers[1]).statistic
+    assert float(box.get_attribute("data-spearman") or "nan") == pytest.approx(rho, abs=1e-9)
+    top = [set(sorted(range(10), key=lambda i: -abs(v[i]))[:5]) for v in answers]
+    assert int(box.get_attribute("data-overlap") or -1) == len(top[0] & top[1])
+    assert "Spearman" in box.inner_text()
+    page.shot("compare")
+    assert page.errors == []
+
+
+def test_job_view(inprocess_server: str, page: Page) -> None:
+    rows = httpx.get(f"{inprocess_server}/v2/models/diabetes-mlp/examples?n=30").json()
+    job = httpx.post(
+        f"{inprocess_server}/v2/jobs", json={"model": "diabetes-mlp", "inputs": rows["instances"]}
+    ).json()
+    page.page.goto(inprocess_server)
+    row = page.page.locator(f"tr[data-job='{job['id']}'][data-status=succeeded]")
+    row.wait_for(timeout=60_000)
+    row.click()
+    page.page.wait_for_selector("#job-view[data-state=done]", timeout=20_000)
+    page.page.wait_for_function(
+        "document.querySelectorAll('#job-view img[data-loaded=true]').length === 3",
+        timeout=30_000,
+    )
+    view = page.page.locator("#job-view")
+    assert "30 instances" in view.inner_text()
+    assert page.page.locator("[data-testid=job-warnings]").count() == 1
+    assert "Every instance explains progression" in page.page.inner_text("[data-testid=per-class]")
+    assert "bootstrap resamples" in page.page.inner_text("[data-testid=stability]")
+    with page.page.expect_download() as download:
+        page.page.click("[data-testid=job-downloads] >> text=CSV")
+    path = download.value.path()
+    assert path is not None and Path(path).read_text().count("\n") == 31  # header + 30
+    page.page.select_option("#dependence-feature", "s5")
+    page.page.wait_for_function(
+        "document.querySelectorAll('#job-view img[data-loaded=true]').length === 3"
+    )
+    page.page.locator("#jobs-box").screenshot(path=str(ARTIFACTS / "job-view.png"))
+    page.shot("job-page")
     assert page.errors == []
