@@ -841,8 +841,8 @@ async function saveAs(path, name) {
 function plotImage(path, alt) {
   const img = el("img", { alt, class: "global-plot" });
   const box = el("div", { class: "chart" }, img);
-  img.load = (url) => fetchBlob(url).then((blob) => { img.src = URL.createObjectURL(blob); img.dataset.loaded = "true"; })
-    .catch((err) => box.replaceChildren(el("p", { class: "error", text: err.message })));
+  img.load = (url) => { img.dataset.loaded = "false"; return fetchBlob(url).then((blob) => { img.src = URL.createObjectURL(blob); img.dataset.loaded = "true"; })
+    .catch((err) => box.replaceChildren(el("p", { class: "error", text: err.message }))); };
   img.load(path);
   return box;
 }

@@ -298,6 +298,7 @@ def test_job_view(inprocess_server: str, page: Page) -> None:
     page.page.wait_for_function(
         "document.querySelectorAll('#job-view img[data-loaded=true]').length === 3"
     )
+    assert page.page.get_attribute("#job-view img[alt='dependence plot']", "data-loaded") == "true"
     page.page.locator("#jobs-box").screenshot(path=str(ARTIFACTS / "job-view.png"))
     page.shot("job-page")
     assert page.errors == []
