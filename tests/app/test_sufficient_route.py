@@ -92,6 +92,23 @@ def test_text_words(client: TestClient) -> None:
     assert d["subset_text"] == "terrible" and e["n_model_evals"] == 2**4 + 1
 
 
+def test_text_tokens_masked_like_shapley(client: TestClient) -> None:
+    body = {
+        "inputs": ["an unwatchable mess"],
+        "parameters": {"players": "tokens", "absence": "mask"},
+    }
+    r = post(client, "sentiment-minilm", body)
+    assert r.status_code == 200, r.text
+    shap = post(client, "sentiment-minilm", body, "shapley").json()
+    e = r.json()["data"]["explanations"][0]
+    assert e["players"] == shap["data"]["explanations"][0]["players"]
+    assert r.json()["meta"]["parameters"]["mask_token"] == "[MASK]"
+    d = e["details"]
+    assert d["verified"] and d["minimality"] == "minimum"
+    absent = len(e["players"]) - d["size"]
+    assert d["subset_text"].count("[MASK]") == absent
+
+
 @pytest.mark.parametrize(
     ("model", "body", "status", "code"),
     [

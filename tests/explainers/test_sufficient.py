@@ -5,6 +5,7 @@ Shapley's player numbering, budgets counted in model rows."""
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from explainers.explanation import OptionError
-from explainers.games import BudgetError
+from explainers.games import BudgetError, DeadlineExceeded, deadline
 from explainers.maskers import patch_groups
 from explainers.shapley import MaskerOptions, ShapleyOptions
 from explainers.shapley import explain as shapley_explain
@@ -222,6 +223,12 @@ def test_target_and_errors() -> None:
     wide = threshold_model(np.ones(21), 3.0)
     with pytest.raises(OptionError):
         explain(wide, np.ones((1, 21), np.float32), options=SufficientOptions(search="exact"))
+
+
+def test_the_deadline_stops_the_search() -> None:
+    model = threshold_model(W, 4.5)
+    with deadline(time.monotonic() - 1), pytest.raises(DeadlineExceeded):
+        explain(model, np.ones((1, 6), np.float32), options=SufficientOptions())
 
 
 def test_text_players_are_shapleys_words() -> None:
