@@ -85,7 +85,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, **(env or {})},
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("XAI_")}, **(env or {})},
     )
 
 
@@ -121,6 +121,15 @@ def test_cli_audit_csv_to_parquet_and_jsonl(
     assert len([json.loads(x) for x in jsonl.stdout.splitlines()]) == 12
     bad = cli("--url", inprocess_server, "audit", "nope", str(data), "--no-progress")
     assert bad.returncode == 2 and "unknown_model" in bad.stderr
+    job_id = jsonl.stderr.strip().splitlines()[-1].split()[1].rstrip(":")
+    env = {"XAI_URL": inprocess_server}
+    csv, png = tmp_path / "r.csv", tmp_path / "s.png"
+    job = cli("job", job_id, "--results", str(csv), "--plot", str(png), env=env)
+    assert job.returncode == 0, job.stderr
+    assert json.loads(job.stdout)["status"] == "succeeded"
+    assert len(pd.read_csv(csv)) == 12 and png.read_bytes()[:4] == b"\x89PNG"
+    listed = cli("jobs", env=env)
+    assert listed.returncode == 0 and job_id in listed.stdout
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +258,14 @@ def test_plots_evaluate_and_frames(app_client: TestClient, tmp_path: Path) -> No
     assert "error" not in audit.columns
     downloaded = client.results_frame(result.status["id"])
     pd.testing.assert_frame_equal(downloaded, audit)
+    summary = client.job_plot(result.status["id"], kind="summary")
+    assert summary[:8] == b"\x89PNG\r\n\x1a\n"
+    spec = client.job_plot(result.status["id"], kind="beeswarm", format="vega")
+    assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+    path = client.job_plot(
+        result.status["id"], kind="dependence", format="svg", path=tmp_path / "d.svg"
+    )
+    assert "<svg" in path.read_text()
 
 
 TEXT = '"The food was wonderful."  Really!'

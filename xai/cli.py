@@ -54,7 +54,7 @@ def write(results: list[dict[str, Any]], output: str | None, fmt: str | None) ->
 
 
 def client(args: argparse.Namespace) -> Client:
-    return Client(args.url, api_key=args.api_key)
+    return Client(getattr(args, "url", None), api_key=getattr(args, "api_key", None))
 
 
 def request_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,13 +168,13 @@ def job(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    # --url/--api-key on the main parser and on every subcommand (SUPPRESS: a subcommand's
-    # absent option leaves the main parser's value alone).
+    # --url/--api-key on the main parser and on every subcommand. SUPPRESS: an option left out
+    # sets nothing, so a subcommand never overwrites the value given before it (the parsers
+    # share these action objects: their default must stay SUPPRESS everywhere).
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help="default: XAI_URL")
     common.add_argument("--api-key", default=argparse.SUPPRESS, help="default: XAI_API_KEY")
     main = argparse.ArgumentParser(prog="xai", description=__doc__, parents=[common])
-    main.set_defaults(url=None, api_key=None)
     sub = main.add_subparsers(dest="command", required=True)
 
     def request_options(p: argparse.ArgumentParser) -> None:
