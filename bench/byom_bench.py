@@ -13,8 +13,9 @@ Parts (see docs/benchmarks.md, "Bring your own model"):
 1. trees: XGBoost (200 trees, depth 4) and LightGBM (200 trees, depth 4) regressors registered
    from their own files with a stored 100-row background. estimator tree over HTTP vs
    shap.TreeExplainer (path-dependent, raw margin) on the same booster, on the rows as sent and
-   rounded to float32 (what the service fed boosters before they read float64), and vs an independent enumeration of the
-   path-dependent game over all 2^10 coalitions (shap's parse of the trees, our traversal);
+   rounded to float32 (what the service fed boosters before they read float64), and vs an
+   independent enumeration of the path-dependent game over all 2^10 coalitions (shap's parse
+   of the trees, our traversal);
    compute time of estimator tree vs estimator kernel (default budget, the stored background)
    on the same rows and route, the kernel's answer against enumerating its game with the
    library's own predict.

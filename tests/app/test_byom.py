@@ -90,7 +90,8 @@ def test_onnx_sklearn_pipeline_exact_equals_enumeration(client: TestClient) -> N
     model = bm.sklearn_onnx()
     meta = register(client, model)
     assert meta["platform"] == "onnx"
-    assert meta["explainers"] == ["shapley"]  # a black box: model-agnostic explainers only
+    # a black box: model-agnostic explainers only
+    assert meta["explainers"] == ["shapley", "sufficient-subset"]
     assert meta["capabilities"]["differentiable"] is False
     np.testing.assert_allclose(
         infer(client, model.name, model.rows), model.predict(model.rows), rtol=1e-5, atol=1e-6
@@ -124,7 +125,7 @@ def test_onnx_torch_export_image_model(client: TestClient) -> None:
     model = bm.torch_onnx()
     meta = register(client, model)
     assert meta["capabilities"]["input_range"] == [0.0, 1.0]
-    assert meta["explainers"] == ["shapley"]
+    assert meta["explainers"] == ["shapley", "sufficient-subset"]
     np.testing.assert_allclose(
         infer(client, model.name, model.rows), model.predict(model.rows), rtol=1e-5, atol=1e-6
     )
@@ -139,7 +140,8 @@ def test_xgboost_treeshap_equals_shap(client: TestClient, task: str) -> None:
     model = bm.xgboost_model(f"xgb-{task[:3]}", task, ubj=task == "classification")
     meta = register(client, model)
     assert meta["platform"] == "xgboost" and meta["capabilities"]["tree"] == "xgboost"
-    assert meta["explainers"] == ["shapley"]
+    classifier = ["sufficient-subset"] if task == "classification" else []
+    assert meta["explainers"] == ["shapley", *classifier]
     np.testing.assert_allclose(
         infer(client, model.name, model.rows), model.predict(model.rows), rtol=1e-5, atol=1e-6
     )
@@ -273,7 +275,8 @@ def test_stored_background_csv(client: TestClient) -> None:
 def test_traced_classifier_lists_uni_and_answers_without_background(client: TestClient) -> None:
     model = bm.torchscript_cnn()
     meta = register(client, model)
-    assert set(meta["explainers"]) == {"shapley", "integrated-gradients", "uni", "salvage"}
+    listed = {"shapley", "integrated-gradients", "uni", "salvage", "sufficient-subset"}
+    assert set(meta["explainers"]) == listed
     out = explain(client, model.name, {"inputs": model.rows[:1].tolist()}, "uni")
     assert out["meta"]["parameters"]["epsilon_units"] == "input"
 
