@@ -265,6 +265,7 @@ def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
     return {
         "baseline_ref": job.id,
         "model_version": result["model_version"],
+        "target": result.get("target", "predicted"),  # whose log-odds: predicted or labels
         "objective": result["objective"],
     }
 

@@ -169,6 +169,18 @@ def test_learned_baseline_job_and_ref(db: str, registry: ModelRegistry, model_di
         assert wrong.status_code == 422
         image = client.post("/v2/jobs", json={**body, "model": "digits-cnn"})
         assert image.status_code == 400
+        # labels: one true class per explicand, for classifiers only.
+        cancer = {"kind": "learn-baseline", "model": "breast-cancer-mlp",
+                  "parameters": {"rows": 3, "iterations": 3, "sample_num": 4}}  # fmt: skip
+        for labels in ([0, 1], [0, 1, 2]):  # wrong count; class out of range
+            bad_labels = {**cancer, "parameters": {**cancer["parameters"], "labels": labels}}
+            assert client.post("/v2/jobs", json=bad_labels).status_code == 422
+        on_regressor = {**body, "parameters": {**body["parameters"], "labels": [0, 0, 0, 0]}}
+        assert client.post("/v2/jobs", json=on_regressor).status_code == 422
+        good = {**cancer, "parameters": {**cancer["parameters"], "labels": [0, 1, 1]}}
+        labelled = wait(client, client.post("/v2/jobs", json=good).json()["id"])
+        assert labelled["status"] == "succeeded", labelled
+        assert labelled["summary"]["target"] == "labels"
 
 
 def test_upload_csv_and_jsonl(db: str, registry: ModelRegistry, model_dir: Path) -> None:
