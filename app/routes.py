@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,6 +13,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.cache import CacheUnavailable, hit_answer
 from app.errors import (
     ERROR_RESPONSES,
     ApiError,
@@ -18,6 +21,7 @@ from app.errors import (
     NotFound,
     Overloaded,
 )
+from app.logging import current_request_id
 from app.schemas import (
     ExplainerInfo,
     ExplainRequestBase,
@@ -183,33 +187,126 @@ async def bounded_compute(request: Request, svc: ExplainService, prepared: Prepa
         state.pending_explains -= 1
 
 
-def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[JSONResponse]]:
+INLINE_BODY_BYTES = 64 * 1024  # bodies up to this size are validated on the event loop
+MEMO_BODY_BYTES = 8 * 1024  # bodies up to this size have their cache key remembered
+HIT_HEADERS = {"X-Cache": "HIT"}
+
+
+class KeyMemo:
+    """Cache keys of small bodies prepared on the event loop before, so that a repeated request
+    (the usual cache hit) skips turning JSON into arrays and hashing them. Keyed by the model's
+    version, the explainer and the body's exact bytes: such a request reads nothing else, so
+    the same bytes always prepare alike. Bounded: oldest out first."""
+
+    def __init__(self, entries: int = 1024) -> None:
+        self.entries = entries
+        self._keys: dict[tuple[str, str, str, bytes], str] = {}
+
+    def get(self, memo_key: tuple[str, str, str, bytes]) -> str | None:
+        return self._keys.get(memo_key)
+
+    def put(self, memo_key: tuple[str, str, str, bytes], key: str) -> None:
+        if len(self._keys) >= self.entries:
+            del self._keys[next(iter(self._keys))]
+        self._keys[memo_key] = key
+
+
+async def cached_answer(
+    svc: ExplainService, key: str, request_id: str
+) -> tuple[bytes | None, bool]:
+    """(the stored answer as bytes with the request's id spliced in, or None; whether the cache
+    answered: when Redis is down the request goes on uncached). Counts the look-up."""
+    try:
+        blob = await svc.cache.aget(key)
+    except CacheUnavailable:
+        svc.metrics.cache.labels("bypass").inc()
+        return None, False
+    if blob is None:
+        svc.metrics.cache.labels("miss").inc()
+        return None, True
+    svc.metrics.cache.labels("hit").inc()
+    answer = hit_answer(blob, request_id)
+    if answer is None:  # not the layout json.dumps wrote: decode and encode once
+        body = json.loads(blob)
+        body["id"] = request_id
+        body["meta"]["cache"] = "hit"
+        answer = json.dumps(body).encode()
+    return answer, True
+
+
+async def prepare_request(
+    request: Request,
+    svc: ExplainService,
+    model: str,
+    spec: ExplainerSpec,
+    body: ExplainRequestBase,
+    use_cache: bool,
+    arrived: float,
+    inline: bool,
+) -> Prepared:
+    """Validate and key a request without looking it up: on the event loop when `inline` (a
+    small request for a loaded built-in: ~0.1 ms of pure CPU, cheaper than a thread hop),
+    else on a wide pool, so that it never waits behind explanations being computed."""
+    if inline:
+        prepared = svc.prepare(model, spec.name, body, use_cache, arrived, lookup=False)
+    else:
+        prepared = await anyio.to_thread.run_sync(
+            svc.prepare,
+            model,
+            spec.name,
+            body,
+            use_cache,
+            arrived,
+            False,
+            limiter=request.app.state.io_limiter,
+        )
+    if not isinstance(prepared, Prepared):  # lookup=False never answers from the cache
+        raise TypeError(f"prepare answered {type(prepared).__name__}")
+    return prepared
+
+
+def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
     """The handler of POST /v2/models/{model}/explain/<spec.name>, typed by its options."""
     body_model = request_model(spec)
 
-    async def handler(request: Request, model: str, body: body_model) -> JSONResponse:  # type: ignore[valid-type]
+    async def handler(request: Request, model: str, body: body_model) -> Response:  # type: ignore[valid-type]
         svc = service(request)
         use_cache = "no-cache" not in request.headers.get("cache-control", "").lower()
         start = time.perf_counter()
         arrived = time.monotonic()
         status = 500
         try:
-            # Validation and the cache look-up run on a wide pool: a hit never waits behind
-            # explanations being computed on the bounded one.
-            prepared = await anyio.to_thread.run_sync(
-                svc.prepare,
-                model,
-                spec.name,
-                body,
-                use_cache,
-                arrived,
-                limiter=request.app.state.io_limiter,
-            )
-            outcome = (
-                prepared
-                if isinstance(prepared, Outcome)
-                else await bounded_compute(request, svc, prepared)
-            )
+            prepared: Prepared | None = None
+            key = memo_key = None
+            length = request.headers.get("content-length", "")
+            small = length.isdigit() and int(length) <= INLINE_BODY_BYTES
+            inline = svc.inline_model(model, body) if small else None
+            if inline is not None and use_cache and int(length) <= MEMO_BODY_BYTES:
+                memo_key = (inline.version, model, spec.name, await request.body())
+                key = request.app.state.key_memo.get(memo_key)
+            if key is None:
+                prepared = await prepare_request(
+                    request, svc, model, spec, body, use_cache, arrived, inline is not None
+                )
+                if prepared.status == "miss":
+                    key = prepared.key
+                    if memo_key is not None:
+                        request.app.state.key_memo.put(memo_key, key)
+            available = True
+            if key is not None:
+                rid = getattr(body, "id", None) or current_request_id() or uuid.uuid4().hex
+                rid = prepared.request_id if prepared is not None else rid
+                hit, available = await cached_answer(svc, key, rid)
+                if hit is not None:
+                    status = 200
+                    return Response(hit, media_type="application/json", headers=HIT_HEADERS)
+            if prepared is None:  # known key, not (or no longer) cached
+                prepared = await prepare_request(
+                    request, svc, model, spec, body, use_cache, arrived, True
+                )
+            if not available:
+                prepared.status = "bypass"
+            outcome = await bounded_compute(request, svc, prepared)
             status = 200
         except ApiError as exc:
             status = exc.status

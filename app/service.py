@@ -116,10 +116,13 @@ class ExplainService:
         req: ExplainRequestBase,
         use_cache: bool,
         arrived: float | None = None,
+        lookup: bool = True,
     ) -> Outcome | Prepared:
         """Validate and consult the cache: cheap, so hits never wait for a compute slot.
 
         `arrived` (time.monotonic()) starts the request's `timeout_ms`; default: now.
+        `lookup=False`: the caller looks the key up itself (the HTTP route, without blocking
+        the event loop) and counts it; the answer is then always a Prepared.
         """
         arrived = time.monotonic() if arrived is None else arrived
         limit = None if req.timeout_ms is None else arrived + req.timeout_ms / 1000
@@ -177,7 +180,9 @@ class ExplainService:
         )
         request_id = req.id or current_request_id() or uuid.uuid4().hex
         status = "bypass"
-        if use_cache:
+        if use_cache and not lookup:
+            status = "miss"  # until the caller's look-up says otherwise
+        elif use_cache:
             try:
                 hit = self.cache.get(key)
                 status = "miss"
@@ -206,6 +211,19 @@ class ExplainService:
             evaluate,
             out_of_range,
         )
+
+    def inline_model(self, model_name: str, req: ExplainRequestBase) -> Model | None:
+        """The model when prepare(lookup=False) runs without I/O for this request: a loaded
+        built-in, no learned baseline to read from the job store, no trained artifact to pin
+        (the event loop may call it then; the HTTP route also bounds the body's size)."""
+        if model_name not in self.registry.builtin_names():
+            return None  # registered models: the registry may read the shared store
+        model = self.registry.peek(model_name)[0]
+        params = getattr(req, "parameters", None)
+        masker = getattr(params, "masker", None)
+        if getattr(masker, "ref", None) is not None or isinstance(params, SalvageOptions):
+            return None
+        return model  # None while not loaded: loading may take seconds
 
     def compute(self, p: Prepared) -> Outcome:
         """Run the explainer for a prepared request and store a cacheable answer."""

@@ -38,6 +38,15 @@ class Settings(BaseSettings):
     cache_ttl_s: int = 7 * 24 * 3600
     cache_max_entries: int = 2048
     cache_timeout_s: float = 0.5
+    cache_local_entries: int = Field(
+        1024,
+        ge=0,
+        description="recent Redis hits each API process keeps in memory (answers never change "
+        "for a key); 0: every hit asks Redis",
+    )
+    cache_local_ttl_s: float = Field(
+        60.0, gt=0, description="how long a process serves a Redis hit from its own memory"
+    )
     max_body_bytes: int = 16 * 1024 * 1024
     max_instances: int = 1000
     max_background_rows: int = 1000
