@@ -177,7 +177,8 @@ class JobStore:
             )
 
     def add_results(self, job_id: str, results: dict[int, dict[str, Any]]) -> int:
-        """Store results, ignoring instances already stored; returns results now stored."""
+        """Store results, ignoring instances already stored and any result of a job that was
+        cancelled or failed; returns results now stored."""
         if results:
             rows = [
                 {"job_id": job_id, "idx": i, "payload": json.dumps(r)} for i, r in results.items()
@@ -185,7 +186,15 @@ class JobStore:
             dialect = self.engine.dialect.name
             insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
             with self.session.begin() as s:
-                s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
+                # Under the job row's lock: a job cancelled (or failed) meanwhile gets nothing
+                # more, even from a chunk that passed its last cancel check a moment ago.
+                status = s.scalar(
+                    select(JobRow.status).where(JobRow.id == job_id).with_for_update()
+                )
+                if status in ("cancelled", "failed"):
+                    rows = []
+                else:
+                    s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
         count = select(func.count()).where(ResultRow.job_id == job_id).scalar_subquery()
         with self.session.begin() as s:
             # One statement: a concurrent chunk can never write back an older count.

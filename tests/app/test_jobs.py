@@ -233,3 +233,16 @@ def test_top_k_bootstrap_tells_stable_from_noise() -> None:
     out = top_k_bootstrap(ties, ["a", "b", "c", "d"], k=1)
     assert out["same_top_k"] < 0.9 and len(out["in_top_k"]) >= 2
     assert sum(out["in_top_k"].values()) == pytest.approx(1.0)
+
+
+def test_no_results_after_a_cancel(db: str) -> None:
+    """A chunk that passed its last cancel check writes nothing once the job is cancelled."""
+    from app.jobs.store import JobStore
+
+    store = JobStore(db)
+    job, _ = store.create("audit", "diabetes-mlp", {"inputs": [[0.0]] * 4}, 4, 2)
+    store.mark_running(job.id)
+    assert store.add_results(job.id, {0: {"x": 1}}) == 1
+    store.finish(job.id, "cancelled")
+    assert store.add_results(job.id, {1: {"x": 2}, 2: {"x": 3}}) == 1
+    assert store.stored_indices(job.id, range(4)) == {0}
