@@ -1,7 +1,7 @@
 """Model registry, the `Model` type and the built-in models."""
 
 from models.base import Model, ModelError, ModelNotReadyError, TextModel, UnknownModelError
-from models.builtin import BUILTINS, BuiltinModel
+from models.catalog import BUILTINS, BuiltinModel
 from models.registry import ModelRegistry
 
 __all__ = [

@@ -1,4 +1,6 @@
-"""Built-in models: deterministic trainers on sklearn datasets, cached on disk after first build."""
+"""The trained built-in family (diabetes-mlp, breast-cancer-mlp, digits-cnn): deterministic
+trainers on sklearn datasets, cached on disk after the first build. The catalog of every built-in
+model is models/catalog.py."""
 
 from __future__ import annotations
 
@@ -19,10 +21,7 @@ from filelock import FileLock
 from torch import nn
 
 from models.base import Model, UnknownModelError
-from models.encoders import load_digits_encoder, load_minilm_encoder
-from models.lm import shared_language_model
-from models.rankers import load_bm25, load_minilm_ranker
-from models.text import load_sentiment_minilm
+from models.datasets import Split, split_dataset
 
 log = logging.getLogger(__name__)
 
@@ -31,29 +30,6 @@ TEST_FRACTION = 0.25
 BACKGROUND_ROWS = 100
 # Bump when the training code changes what a config produces, so old caches are not reused.
 _CODE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class BuiltinModel:
-    """One registry line: a built-in model's name, modality and loader (cache_dir -> Model)."""
-
-    name: str
-    modality: str
-    load: Callable[[Path], Model]
-    # Loaded after the others, in the background: readiness does not wait for it, the model
-    # listing says "loading", and explain requests answer 503 until it is loaded.
-    background: bool = False
-
-
-@dataclass(frozen=True)
-class Split:
-    """A fixed train/test split: float32 inputs, float32 (regression) or int64 (class) targets."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    feature_names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -97,40 +73,10 @@ class Affine(nn.Module):
         return x * self.scale + self.shift
 
 
-def _load_dataset(dataset: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Inputs, targets and feature names of one sklearn dataset, in the models' input units."""
-    from sklearn import datasets
-
-    if dataset == "diabetes":
-        bunch = datasets.load_diabetes(scaled=False)
-        return (
-            bunch.data.astype(np.float32),
-            bunch.target.astype(np.float32),
-            tuple(bunch.feature_names),
-        )
-    if dataset == "breast_cancer":
-        bunch = datasets.load_breast_cancer()
-        return (
-            bunch.data.astype(np.float32),
-            bunch.target.astype(np.int64),
-            tuple(str(f) for f in bunch.feature_names),
-        )
-    if dataset == "digits":
-        bunch = datasets.load_digits()
-        x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-        names = tuple(f"pixel_{r}_{c}" for r in range(8) for c in range(8))
-        return x, bunch.target.astype(np.int64), names
-    raise ValueError(f"unknown dataset {dataset!r}")
-
-
 def dataset_split(name: str) -> Split:
     """The train/test split a built-in model is trained and evaluated on."""
     cfg = _spec(name).config
-    x, y, names = _load_dataset(cfg.dataset)
-    order = np.random.default_rng(cfg.seed).permutation(len(x))
-    n_test = round(len(x) * cfg.test_fraction)
-    test, train = order[:n_test], order[n_test:]
-    return Split(x[train], y[train], x[test], y[test], names)
+    return split_dataset(cfg.dataset, cfg.seed, cfg.test_fraction)
 
 
 def _standardiser(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -429,27 +375,3 @@ def load_breast_cancer_mlp(cache_dir: Path) -> Model:
 def load_digits_cnn(cache_dir: Path) -> Model:
     """Small CNN on 8x8 digits ([1, 8, 8] in [0, 1]; 10 class probabilities)."""
     return load_builtin("digits-cnn", cache_dir)
-
-
-def load_gemma3_270m(cache_dir: Path) -> Model:
-    """Gemma 3 270M (pretrained) causal LM: AttriBoT's target (models/lm.py)."""
-    return shared_language_model("gemma3-270m", cache_dir)
-
-
-def load_smollm2_135m(cache_dir: Path) -> Model:
-    """SmolLM2 135M Instruct causal LM: AttriBoT's proxy (models/lm.py)."""
-    return shared_language_model("smollm2-135m", cache_dir)
-
-
-BUILTINS: tuple[BuiltinModel, ...] = (
-    BuiltinModel("diabetes-mlp", "tabular", load_diabetes_mlp),
-    BuiltinModel("breast-cancer-mlp", "tabular", load_breast_cancer_mlp),
-    BuiltinModel("digits-cnn", "image", load_digits_cnn),
-    BuiltinModel("sentiment-minilm", "text", load_sentiment_minilm),
-    BuiltinModel("gemma3-270m", "lm", load_gemma3_270m, background=True),
-    BuiltinModel("smollm2-135m", "lm", load_smollm2_135m, background=True),
-    BuiltinModel("bm25", "ranker", load_bm25),
-    BuiltinModel("minilm-ranker", "ranker", load_minilm_ranker),
-    BuiltinModel("minilm-encoder", "encoder", load_minilm_encoder),
-    BuiltinModel("digits-encoder", "encoder", load_digits_encoder),
-)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from models.base import Model, TextModel, weights_hash
+from models.builtin import load_digits_cnn
 from models.text import MAX_TOKENS, PACKAGE, TextRunner, ZeroShotClassifier, model_dir
 
 ENCODER_TASK = "embedding"
@@ -135,8 +136,6 @@ def load_minilm_encoder(cache_dir: Path) -> TextModel:
 
 def load_digits_encoder(cache_dir: Path) -> Model:
     """Penultimate layer of digits-cnn: [1, 8, 8] images in [0, 1] -> 64 ReLU features."""
-    from models.builtin import load_digits_cnn
-
     cnn = load_digits_cnn(cache_dir)
     layers = list(cnn.module.children())
     if not isinstance(layers[-1], nn.Softmax) or not isinstance(layers[-2], nn.Linear):

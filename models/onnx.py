@@ -16,7 +16,7 @@ import torch
 from models.base import FunctionModule, ModelError
 
 if TYPE_CHECKING:
-    from models.user import Declaration
+    from models.declaration import Declaration
 
 _FLOATS = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
 _INPUTS = {**_FLOATS, "tensor(int64)": np.int64, "tensor(int32)": np.int32}

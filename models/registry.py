@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from models.base import Model, ModelNotReadyError, UnknownModelError
-from models.builtin import BUILTINS, BuiltinModel
+from models.catalog import BUILTINS, BuiltinModel
 
 if TYPE_CHECKING:
     from models.store import ModelStore

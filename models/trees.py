@@ -13,7 +13,7 @@ import torch
 from models.base import FunctionModule, ModelError
 
 if TYPE_CHECKING:
-    from models.user import Declaration
+    from models.declaration import Declaration
 
 
 class BoosterError(ModelError):

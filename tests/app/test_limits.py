@@ -20,7 +20,7 @@ from explainers.estimators.permutation import permutation
 from explainers.games import DeadlineExceeded, GameRecorder, deadline
 from explainers.registry import get_explainer
 from models.base import Model
-from models.builtin import BuiltinModel
+from models.catalog import BuiltinModel
 from models.registry import ModelRegistry
 
 N = 12

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from models import BUILTINS, Model, ModelNotReadyError, ModelRegistry, UnknownModelError, builtin
-from models.builtin import BuiltinModel, dataset_split
+from models.builtin import dataset_split
+from models.catalog import BuiltinModel
 
 
 @pytest.fixture(scope="session")

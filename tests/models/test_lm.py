@@ -11,7 +11,7 @@ import torch
 
 from models import ModelNotReadyError, ModelRegistry
 from models.base import Model
-from models.builtin import BUILTINS, BuiltinModel
+from models.catalog import BUILTINS, BuiltinModel
 from models.lm import SOURCES, _read, shared_language_model
 
 

@@ -1,0 +1,64 @@
+"""What a user declares about a model they register (checked later by a test forward pass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from models.base import ModelError
+
+FORMATS = ("torchscript", "onnx", "xgboost", "lightgbm", "remote")
+
+
+class InvalidModelError(ModelError):
+    """An upload or remote endpoint that does not behave as its declaration says."""
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What the user states about a model; checked by a test forward pass."""
+
+    name: str
+    modality: str
+    task: str
+    input_shape: tuple[int, ...]
+    output_names: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    format: str = "torchscript"
+    input_range: tuple[float, float] | None = None
+    onnx_output: str | None = None
+    remote_url: str | None = None
+    remote_output: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "modality": self.modality,
+            "task": self.task,
+            "input_shape": list(self.input_shape),
+            "output_names": list(self.output_names),
+            "feature_names": list(self.feature_names),
+            "format": self.format,
+            "input_range": None if self.input_range is None else list(self.input_range),
+            "onnx_output": self.onnx_output,
+            "remote_url": self.remote_url,
+            "remote_output": self.remote_output,
+        }
+
+    @classmethod
+    def from_dict(cls, meta: dict[str, Any]) -> Declaration:
+        fmt = meta.get("format") or ("remote" if meta.get("remote_url") else "torchscript")
+        low_high = meta.get("input_range")
+        return cls(
+            name=meta["name"],
+            modality=meta["modality"],
+            task=meta["task"],
+            input_shape=tuple(meta["input_shape"]),
+            output_names=tuple(meta["output_names"]),
+            feature_names=tuple(meta["feature_names"]),
+            format=fmt,
+            input_range=None if low_high is None else (float(low_high[0]), float(low_high[1])),
+            onnx_output=meta.get("onnx_output"),
+            remote_url=meta.get("remote_url"),
+            remote_output=meta.get("remote_output"),
+        )
