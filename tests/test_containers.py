@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import collections
 import http.server
+import importlib.util
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -309,3 +315,124 @@ def test_nginx_spreads_requests_over_replicas_and_skips_a_dead_one(tmp_path: Pat
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+# --- the image, built and run here: buildah (vfs storage, chroot isolation), no Docker engine ---
+
+IMAGE_TAG = "localhost/attribution-service:test"
+README_ROW = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]  # the README's diabetes-mlp example
+SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def build_image_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_image", ROOT / "docker" / "build_image.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def image() -> Iterator[tuple[ModuleType, str]]:
+    """Build the Dockerfile on a debootstrap base image (made once, kept) with this machine's pip
+    set-up mounted read-only; the built image is removed afterwards (a few GB in vfs storage)."""
+    if os.environ.get("BUILD_IMAGE_TEST") != "1":
+        pytest.skip("opt-in, about 10 minutes: BUILD_IMAGE_TEST=1 builds and runs the image")
+    missing = [t for t in ("buildah", "debootstrap") if not shutil.which(t, path=SBIN_PATH)]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} missing: apt-get install buildah debootstrap")
+    if os.geteuid() != 0:
+        pytest.skip("buildah with vfs storage and chroot isolation runs as root")
+    builder = build_image_module()
+    if not builder.image_exists(builder.BASE_TAG):
+        print(f"base image in {builder.make_base():.0f} s")
+    seconds = builder.build(IMAGE_TAG, builder.BASE_TAG, quiet=True)
+    print(f"image built in {seconds:.0f} s, {builder.image_size(IMAGE_TAG) / 1e9:.2f} GB")
+    yield builder, IMAGE_TAG
+    subprocess.run([*builder.BUILDAH, "rmi", IMAGE_TAG], capture_output=True)
+
+
+def in_image(image: tuple[ModuleType, str], code: str) -> str:
+    builder, tag = image
+    container, line = builder.run(tag, ["python", "-c", code])
+    try:
+        result = subprocess.run(line, capture_output=True, text=True, timeout=300)
+    finally:
+        builder.remove(container)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.slow
+def test_image_has_the_cpu_torch_wheel_and_runs_unprivileged(image: tuple[ModuleType, str]) -> None:
+    """torch came from the machine's wheel folder (the +cpu build), never from an index."""
+    out = in_image(image, "import os, torch; print(torch.__version__, os.getuid())")
+    assert out.split() == ["2.13.0+cpu", "10001"]
+    builder, tag = image
+    check = builder.buildah(
+        "inspect", "--type", "image", "--format", "{{.Docker.Config.Healthcheck}}", tag
+    )
+    assert "/v2/health/live" in check  # kept: the image is written in docker format
+
+
+@pytest.mark.slow
+def test_image_serves_readiness_and_an_explanation(
+    image: tuple[ModuleType, str], tmp_path: Path
+) -> None:
+    """The image's own command line (python -m app) started with `buildah run` (network host):
+    ready on loopback, and the README's explanation equals the one this checkout computes."""
+    builder, tag = image
+    port = free_port()
+    container, line = builder.run(
+        tag,
+        ["python", "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--log-format", "text"],
+        env={"LOAD_BACKGROUND_MODELS": "false"},
+    )
+    log = (tmp_path / "service.log").open("w")
+    proc = subprocess.Popen(line, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600  # built-in models train at first start
+        ready: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "service.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(base + "/v2/health/ready", timeout=5) as answer:
+                    ready = json.loads(answer.read())
+                    break
+            except OSError:
+                time.sleep(2)
+        assert ready.get("ready") is True, (tmp_path / "service.log").read_text()[-3000:]
+        request = urllib.request.Request(
+            base + "/v2/models/diabetes-mlp/explain/shapley",
+            data=json.dumps({"inputs": [README_ROW], "seed": 0}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            got = json.loads(answer.read())
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        log.close()
+        builder.remove(container)
+    explanation = got["data"]["explanations"][0]
+    assert got["meta"]["exact"] is True and explanation["exact"] is True
+    values = np.array(explanation["values"])
+    np.testing.assert_allclose(
+        values.sum() + explanation["base_value"], explanation["instance_output_value"], rtol=1e-5
+    )
+    # the same model (trained deterministically in the image) and the same answer as here
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    with TestClient(create_app(Settings(load_background_models=False))) as client:
+        here = client.post(
+            "/v2/models/diabetes-mlp/explain/shapley", json={"inputs": [README_ROW], "seed": 0}
+        ).json()
+    assert got["model_version"] == here["model_version"]
+    np.testing.assert_allclose(values, here["data"]["explanations"][0]["values"], rtol=1e-5)
