@@ -30,7 +30,8 @@ def test_listed_ready_and_described(client: TestClient) -> None:
     assert meta["inputs"] == [{"name": "input", "datatype": "BYTES", "shape": [-1]}]
     assert meta["outputs"][0]["shape"] == [-1, 2]
     assert meta["output_names"] == ["negative", "positive"] and meta["feature_names"] == []
-    assert meta["task"] == "classification" and meta["explainers"] == ["shapley", "sufficient-subset"]
+    assert meta["task"] == "classification"
+    assert meta["explainers"] == ["shapley", "sufficient-subset"]
     assert meta["background"] is None
     assert meta["info"]["check_set"]["accuracy"] >= 0.85
     shapley = next(e for e in client.get("/v2/explainers").json() if e["name"] == "shapley")
