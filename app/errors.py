@@ -13,8 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from explainers.games import BudgetError, ExplainerError
-from explainers.gradients import NotDifferentiableError
+from explainers.games import BudgetError, ExplainerError, NotDifferentiableError
 from explainers.registry import UnknownExplainerError, UnsupportedModelError
 from models.base import ModelError, ModelNotReadyError, UnknownModelError
 from models.remote import RemoteModelError

@@ -1,11 +1,41 @@
-"""The science: games, maskers and Shapley estimators, usable as a plain library."""
+"""The science: games, maskers and Shapley estimators, usable as a plain library.
 
-from explainers.estimators.base import Estimate
-from explainers.games import BudgetError, ExplainerError, GameRecorder
-from explainers.interactions import InteractionResult, interaction_values
-from explainers.shapley import shapley_values
+Names load on first use (PEP 562), so `import explainers.games` or `explainers.estimators`
+does not import torch (explainers.shapley imports models.base).
+"""
 
-ShapleyResult = Estimate
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explainers.estimators.base import Estimate
+    from explainers.games import BudgetError, ExplainerError, GameRecorder
+    from explainers.interactions import InteractionResult, interaction_values
+    from explainers.shapley import shapley_values
+
+    ShapleyResult = Estimate
+
+_WHERE = {
+    "BudgetError": "explainers.games",
+    "Estimate": "explainers.estimators.base",
+    "ExplainerError": "explainers.games",
+    "GameRecorder": "explainers.games",
+    "InteractionResult": "explainers.interactions",
+    "ShapleyResult": "explainers.estimators.base:Estimate",
+    "interaction_values": "explainers.interactions",
+    "shapley_values": "explainers.shapley",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'explainers' has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr or name)
+
 
 __all__ = [
     "BudgetError",

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from explainers.estimators.exact import MAX_PLAYERS
+from explainers.estimators import exact
 
 TARGET_FACTOR = 64  # with a precision target, the default budget is this many times the usual
 TARGET_CEILING = 1 << 24  # ... and at most this many model evaluations (the service's MAX_BUDGET)
@@ -35,10 +35,8 @@ def default_budget(
     capped at the ceiling (never below the usual default).
     """
     coalitions = 2 * n_players + 2048
-    if estimator == "exact":
+    if estimator == "exact" or exact.fits(n_players, coalitions):
         coalitions = 1 << n_players
-    elif n_players <= MAX_PLAYERS:
-        coalitions = min(coalitions, 1 << n_players)
     if target and estimator != "exact":
         # Not capped at 2^n: the estimators stop there themselves (kernel: exact; permutation:
         # further permutations are free), and auto's race spends some on the loser first.

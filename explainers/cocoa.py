@@ -5,7 +5,8 @@ The explained scalar of an explicand x is its contrastive corpus similarity
 s(x) = mean_c sim(f(x), f(c)) - mean_o sim(f(x), f(o)) over a corpus C and a foil F, computed as
 f(x) . (mu_C - mu_F) with mu the mean (unit-normalised for cosine) corpus and foil embeddings.
 Any attribution method applies to s: Shapley values of patches or words through our estimators,
-or integrated gradients (Sundararajan et al. 2017, with captum) for differentiable encoders.
+or integrated gradients (Sundararajan et al. 2017; explainers/gradients.py, tested equal to
+captum's) for differentiable encoders.
 """
 
 from __future__ import annotations
@@ -14,20 +15,30 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from explainers.budget import default_budget
+from explainers.estimators.registry import (
+    EstimatorChoice,
+    SamplerName,
+    choose_estimator,
+    shapley_values,
+)
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
-from explainers.maskers import MaskedModelGame, patch_groups
-from explainers.shapley import choose_estimator, shapley_values
-from explainers.text import TextGame, token_spans, word_spans
+from explainers.games.absence import Absence, references
+from explainers.games.masked import MaskedModelGame, patch_groups
+from explainers.games.targets import Similarity as Target
+from explainers.games.targets import unit as _unit
+from explainers.games.text import TextGame, token_spans, word_spans
+from explainers.options import ExplainerOptions
+from explainers.shapley_runs import pick
 from models.base import Model, TextModel
 
-VERSION = "1"
+VERSION = "2"  # 2: one blur for every explainer (edges repeated; images only)
 MAX_SET = 5000  # rows in a corpus or foil
 log = logging.getLogger(__name__)
 
@@ -65,10 +76,8 @@ class CocoaFields(BaseModel):
     )
 
 
-class CocoaOptions(BaseModel):
+class CocoaOptions(ExplainerOptions):
     """Options of the `cocoa` explainer."""
-
-    model_config = ConfigDict(extra="forbid")
     objective: Literal["contrastive", "corpus", "explicand"] = Field(
         "contrastive",
         description="contrastive: corpus minus foil similarity (COCOA); corpus: corpus "
@@ -84,10 +93,10 @@ class CocoaOptions(BaseModel):
     foil_size: int = Field(
         1500, ge=1, le=MAX_SET, description="foil='auto': rows sampled (paper: 1500)"
     )
-    estimator: Literal["auto", "exact", "kernel", "permutation"] = Field(
+    estimator: EstimatorChoice = Field(
         "auto", description="shapley: exact when 2^n coalitions fit the budget, else KernelSHAP"
     )
-    sampler: Literal["kernel", "leverage"] = Field("kernel", description="kernel sampler")
+    sampler: SamplerName = Field("kernel", description="kernel sampler")
     patch_size: int = Field(2, ge=1, le=64, description="images, shapley: side of a patch")
     baseline: Literal["zero", "blur", "mean"] = Field(
         "zero",
@@ -96,7 +105,7 @@ class CocoaOptions(BaseModel):
         "model's background [ours: zero; the paper blurs large images]",
     )
     blur_sigma: float = Field(1.0, gt=0, le=16, description="baseline='blur': sigma in pixels")
-    steps: int = Field(50, ge=2, le=1000, description="integrated_gradients: path steps (captum)")
+    steps: int = Field(50, ge=2, le=1000, description="integrated_gradients: path points")
     players: Literal["words", "tokens"] = Field("words", description="texts: the players")
     absence: Literal["delete", "mask"] = Field(
         "delete", description="texts: an absent word is deleted or replaced by the mask token"
@@ -150,10 +159,6 @@ def _embed(model: Model, rows: np.ndarray) -> np.ndarray:
     return np.concatenate(parts).astype(np.float64)
 
 
-def _unit(e: np.ndarray) -> np.ndarray:
-    return e / np.maximum(np.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
-
-
 def mean_embedding(
     model: Model, rows: np.ndarray, normalize: bool, store: KeyValueStore | None = None
 ) -> tuple[np.ndarray, str]:
@@ -180,26 +185,6 @@ def mean_embedding(
     return mean, "miss"
 
 
-@dataclass(frozen=True)
-class Target:
-    """The explained scalar as a function of embeddings: e [m, d] -> [m]."""
-
-    direction: np.ndarray  # [d]: mu_C - mu_F, mu_C, or the explicand's own (unit) embedding
-    normalize: bool
-
-    def __call__(self, e: np.ndarray) -> np.ndarray:
-        e = np.asarray(e, dtype=np.float64)
-        return (_unit(e) if self.normalize else e) @ self.direction
-
-    def torch(self, e: Any) -> Any:
-        import torch
-
-        d = torch.as_tensor(self.direction, dtype=e.dtype)
-        if self.normalize:
-            e = torch.nn.functional.normalize(e, dim=1, eps=1e-12)
-        return e @ d
-
-
 def pairwise_score(
     model: Model, x: np.ndarray, corpus: np.ndarray, foil: np.ndarray, similarity: str
 ) -> np.ndarray:
@@ -224,34 +209,25 @@ def _auto_foil(model: Model, corpus: np.ndarray, size: int, seed: int) -> np.nda
 
 
 def _baseline(model: Model, x: np.ndarray, options: CocoaOptions) -> np.ndarray:
-    """The reference input for absent features. float32 [*shape]"""
-    if options.baseline == "zero":
-        return np.zeros(model.input_shape, dtype=np.float32)
-    if options.baseline == "mean":
-        if model.background is None:
-            raise OptionError(f"{model.name} has no background for baseline='mean'")
-        return model.background.mean(axis=0).astype(np.float32)
-    from scipy.ndimage import gaussian_filter
-
-    sigma = [0.0] * (x.ndim - 2) + [options.blur_sigma] * min(2, x.ndim)
-    return gaussian_filter(x.astype(np.float64), sigma=sigma).astype(np.float32)
+    """The reference input for absent features (games/absence.py). float32 [*shape]"""
+    absence = Absence(options.baseline, sigma=options.blur_sigma)
+    return references(model, x, absence, None, "baseline")[0].astype(np.float32)
 
 
 def _integrated_gradients(
     model: Model, x: np.ndarray, baseline: np.ndarray, target: Target, steps: int
 ) -> np.ndarray:
-    """IG of target(f(.)) from baseline to x per input feature (captum). float64 [n_features]"""
-    import torch
-    from captum.attr import IntegratedGradients
+    """IG of target(f(.)) from baseline to x per input feature (explainers/gradients.py,
+    Gauss-Legendre as captum's default). float64 [n_features]"""
+    from explainers.gradients import integrated_gradients
 
-    def forward(inp: torch.Tensor) -> torch.Tensor:
-        return target.torch(model.module(inp).reshape(inp.shape[0], -1))
+    def score(inp: Any) -> Any:  # [m, *shape] -> [m, 1]
+        return target.torch(model.module(inp).reshape(inp.shape[0], -1))[:, None]
 
-    xt = torch.as_tensor(x[None], dtype=torch.float32)
-    bt = torch.as_tensor(baseline[None], dtype=torch.float32)
-    with torch.enable_grad():
-        attr = IntegratedGradients(forward).attribute(xt, baselines=bt, n_steps=steps)
-    return attr.detach().double().numpy().reshape(-1)
+    x64 = np.asarray(x, dtype=np.float64)
+    base = np.asarray(baseline, dtype=np.float64)[None]
+    values = integrated_gradients(score, x64, base, 0, steps, "gausslegendre", model.batch_size)
+    return values.reshape(-1)
 
 
 def _check(model: Model, options: CocoaOptions, target: int | None, background: Any) -> None:
@@ -320,20 +296,11 @@ def explain(
         if options.method == "integrated_gradients":
             base = _baseline(model, x, options)
             values = _integrated_gradients(model, x, base, tgt, options.steps)
-            f_base, f_x = tgt(_embed(model, base[None]))[0], tgt(e_x)[0]
-            explanations.append(
-                Explanation(
-                    0,
-                    values,
-                    float(f_base),
-                    float(f_x),
-                    False,
-                    options.steps + 2,
-                    "integrated_gradients",
-                    details=details,
-                    output_name=f"{options.objective} similarity",
-                )
-            )
+            f_base, f_x = float(tgt(_embed(model, base[None]))[0]), float(tgt(e_x)[0])
+            steps = options.steps + 2
+            ig = Explanation(0, values, f_base, f_x, False, steps, "integrated_gradients")
+            name = f"{options.objective} similarity"
+            explanations.append(replace(ig, details=details, output_name=name))
             names = tuple(model.feature_names)
             continue
         explanation, names = _shapley_one(model, x, tgt, options, budget, seed, details)
@@ -413,26 +380,10 @@ def _shapley_one(
     est = shapley_values(
         game, n, estimator=options.estimator, budget=b, seed=seed, sampler=options.sampler
     )
-    values = np.asarray(est.values, dtype=np.float64).reshape(n, -1)[:, 0]
-    base = float(np.asarray(est.base_value).reshape(-1)[0])
-    full = float(np.asarray(est.full_value).reshape(-1)[0])
-    err = None if est.error_std is None else np.asarray(est.error_std).reshape(n, -1)[:, 0]
-    return (
-        Explanation(
-            0,
-            values,
-            base,
-            full,
-            est.exact,
-            est.n_evaluations,
-            est.estimator,
-            err,
-            players=players,
-            details=details,
-            output_name=f"{options.objective} similarity",
-        ),
-        names,
-    )
+    est = replace(est, values=np.asarray(est.values).reshape(n, -1))  # [n, 1] for pick
+    explanation = pick(est, model, 0)
+    name = f"{options.objective} similarity"
+    return replace(explanation, players=players, details=details, output_name=name), names
 
 
 __all__ = [

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
 from explainers.games import Game, rows_per_coalition
-from explainers.maskers import MaskedModelGame, patch_groups
-from explainers.text import TextGame
+from explainers.games.absence import Absence, Kind, references
+from explainers.games.masked import MaskedModelGame, patch_groups
+from explainers.games.text import TextGame
 from models.base import Model, TextModel
 
 Metric = Literal["deletion", "insertion", "mufidelity", "sensitivity"]
@@ -170,11 +171,13 @@ def player_groups(model: Model, n_values: int, patch_size: int | None) -> np.nda
     )
 
 
-def _blur(x: np.ndarray, sigma: float) -> np.ndarray:
-    from scipy.ndimage import gaussian_filter
-
-    sigmas = (0.0,) * (x.ndim - 2) + (sigma, sigma)
-    return np.asarray(gaussian_filter(x.astype(np.float64), sigmas, mode="nearest"))
+REMOVALS: dict[str, Kind] = {
+    "zero": "zero",
+    "blur": "blur",
+    "value": "value",
+    "mean": "mean",
+    "background": "background",
+}
 
 
 def removal_references(
@@ -184,29 +187,13 @@ def removal_references(
     removal = options.removal
     if removal == "auto":
         removal = "zero" if model.modality == "image" else "mean"
-    bg = background if background is not None else model.background
-    if removal == "zero":
-        return np.zeros((1, *model.input_shape), np.float32), removal
-    if removal == "blur":
-        if model.modality != "image":
-            raise OptionError("removal 'blur' applies to image models")
-        sigma = options.blur_sigma or min(model.input_shape[-2:]) / 4
-        return _blur(x, sigma)[None].astype(np.float32), removal
-    if removal == "value":
-        if options.removal_value is None:
-            raise OptionError("removal 'value' needs removal_value")
-        value = np.asarray(options.removal_value, dtype=np.float64).reshape(-1)
-        if value.size not in (1, model.n_features) or not np.all(np.isfinite(value)):
-            raise OptionError(f"removal_value needs 1 or {model.n_features} finite numbers")
-        row = np.broadcast_to(value, (model.n_features,)).reshape(1, *model.input_shape)
-        return row.astype(np.float32), removal
     if removal in ("delete", "mask"):
         raise OptionError(f"removal {removal!r} applies to text models")
-    if bg is None:
-        raise OptionError(f"removal {removal!r} needs background rows")
-    if removal == "mean":
-        return bg.astype(np.float64).mean(axis=0, keepdims=True).astype(np.float32), removal
-    return bg.astype(np.float32), removal  # background: interventional average
+    if removal == "value" and options.removal_value is None:
+        raise OptionError("removal 'value' needs removal_value")
+    absence = Absence(REMOVALS[removal], options.removal_value, options.blur_sigma)
+    rows = references(model, x, absence, background, "removal")
+    return rows.astype(np.float32), removal
 
 
 def _text_game(model: TextModel, text: str, players: Sequence[Span], removal: str) -> TextGame:

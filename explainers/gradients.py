@@ -13,10 +13,12 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from explainers.explanation import ExplainResult, Explanation, OptionError
-from explainers.games import BudgetError, ExplainerError
+from explainers.games import BudgetError, ExplainerError, NotDifferentiableError
+from explainers.games.absence import Absence, Kind, references
+from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
 VERSION = "1"
@@ -27,10 +29,14 @@ Method = Literal[
 Output = Literal["probability", "logit"]
 Score = Callable[[torch.Tensor], torch.Tensor]  # [m, *input_shape] -> [m, k]
 RANDOM_BASELINES = ("uniform", "gaussian", "expected")
-
-
-class NotDifferentiableError(ExplainerError):
-    """The model gives no input gradients (a remote black box, or a text model)."""
+# Baselines that are references of games/absence.py; the random ones are drawn here.
+STATIC_BASELINES: dict[str, Kind] = {
+    "zero": "zero",
+    "constant": "value",
+    "supplied": "value",
+    "mean": "mean",
+    "blur": "blur",
+}
 
 
 def require_gradients(model: Model) -> None:
@@ -200,14 +206,6 @@ def recalibrated(
     return np.asarray(total / np.maximum(count, 1))
 
 
-def blur(x: np.ndarray, sigma: float) -> np.ndarray:
-    """Gaussian blur of an image [..., H, W] over its last two axes (Sturmfels et al. 2020)."""
-    from scipy.ndimage import gaussian_filter
-
-    sigmas = (0.0,) * (x.ndim - 2) + (sigma, sigma)
-    return np.asarray(gaussian_filter(x.astype(np.float64), sigmas, mode="nearest"))
-
-
 def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Low and high values of the inputs: per feature for tabular models, one pair for images.
 
@@ -228,10 +226,8 @@ def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray,
     return low, high
 
 
-class IntegratedGradientsOptions(BaseModel):
+class IntegratedGradientsOptions(ExplainerOptions):
     """Options of the `integrated-gradients` explainer."""
-
-    model_config = ConfigDict(extra="forbid")
     baseline: Literal[
         "zero", "constant", "mean", "blur", "uniform", "gaussian", "supplied", "expected"
     ] = Field(
@@ -283,8 +279,6 @@ def make_baselines(
     """Baselines [b, *shape] of one input x [*shape]."""
     kind, shape = options.baseline, model.input_shape
     n = options.n_baselines or 10
-    if kind == "zero":
-        return np.zeros((1, *shape))
     if kind in ("constant", "supplied"):
         if options.baseline_value is None:
             raise OptionError(f"baseline {kind!r} needs baseline_value")
@@ -295,20 +289,14 @@ def make_baselines(
             raise OptionError(f"baseline_value needs {model.n_features} values, got {value.size}")
         if not np.all(np.isfinite(value)):
             raise OptionError("baseline_value must be finite")
-        return np.broadcast_to(value.reshape(-1), (model.n_features,)).reshape(1, *shape)
-    if kind == "blur":
-        if model.modality != "image":
-            raise OptionError("baseline 'blur' applies to image models")
-        sigma = options.blur_sigma or min(shape[-2:]) / 4
-        return blur(x, sigma)[None]
-    bg = background if background is not None else model.background
-    if kind in ("mean", "expected") and bg is None:
-        raise OptionError(f"baseline {kind!r} needs background rows; send a background")
-    if kind == "mean":
-        return np.asarray(bg, dtype=np.float64).mean(axis=0, keepdims=True)
-    if kind == "expected":
-        rows = rng.choice(len(bg), n, replace=n > len(bg))  # type: ignore[arg-type]
-        return np.asarray(bg, dtype=np.float64)[rows]
+    static = STATIC_BASELINES.get(kind)
+    if static is not None:
+        absence = Absence(static, options.baseline_value, options.blur_sigma)
+        return references(model, x, absence, background, "baseline")
+    if kind == "expected":  # background rows drawn at random (expected gradients)
+        bg = references(model, x, Absence("background"), background, "baseline")
+        rows = rng.choice(len(bg), n, replace=n > len(bg))
+        return bg[rows]
     low, high = data_range(model, background)
     if kind == "uniform":
         return rng.uniform(low, high, size=(n, *shape))

@@ -172,7 +172,7 @@ def interaction_values(
     if budget is None:
         budget = default_budget(n_players, cost, "exact" if estimator == "exact" else "auto")
     coalitions = budget // cost
-    fits = n_players <= exact_estimator.MAX_PLAYERS and (1 << n_players) <= coalitions
+    fits = exact_estimator.fits(n_players, coalitions)
     if estimator == "auto":
         estimator = "exact" if fits else _DEFAULT_SAMPLED[index]
     if estimator == "exact":

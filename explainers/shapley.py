@@ -5,117 +5,31 @@ Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from explainers import api_allocation, audit, interactions, shapley_trees
-from explainers import text as text_game
+from explainers import audit, interactions, shapley_trees
+from explainers import shapley_runs as runs
 from explainers.budget import default_budget
-from explainers.estimators import exact, kernel, permutation, rounds
-from explainers.estimators.base import Estimate, OutputRule, Precision, Target
+from explainers.estimators.registry import (
+    ESTIMATORS,
+    EstimatorName,
+    SamplerName,
+    choose_estimator,
+    shapley_values,
+)
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
-from explainers.games import BudgetError, ExplainerError, Game, GameRecorder, rows_per_coalition
-from explainers.maskers import MaskedModelGame, patch_groups
+from explainers.games import ExplainerError, Game
+from explainers.games import text as text_game
+from explainers.games.absence import Absence, references
+from explainers.games.masked import MaskedModelGame, patch_groups
+from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
 VERSION = "2"  # 2: sampled estimators draw in rounds (same seed, new answers): new cache keys
-
-
-@dataclass(frozen=True)
-class EstimatorSpec:
-    name: str
-    run: Callable[[GameRecorder, np.random.Generator, str, Target | None], Estimate]
-    min_coalitions: Callable[[int], int]
-
-
-ESTIMATORS: tuple[EstimatorSpec, ...] = (
-    EstimatorSpec("exact", lambda rec, rng, _s, _t: exact.exact(rec, rng), exact.min_coalitions),
-    EstimatorSpec(
-        "permutation",
-        lambda rec, rng, _s, t: permutation.permutation(rec, rng, t),
-        permutation.min_coalitions,
-    ),
-    EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
-)
-_BY_NAME = {spec.name: spec for spec in ESTIMATORS}
-if len(_BY_NAME) != len(ESTIMATORS):
-    raise ValueError("duplicate estimator names")
-
-
-def choose_estimator(
-    estimator: str, n_players: int, budget: int, cost: int = 1, target: bool = False
-) -> str:
-    """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices.
-
-    With a precision target, exact only when 2^n also fits the no-target default budget
-    (2n + 2048 coalitions); else `kernel` here and a race in `shapley_values`.
-    """
-    coalitions = budget // cost
-    if estimator == "auto":
-        fits = n_players <= exact.MAX_PLAYERS and (1 << n_players) <= coalitions
-        if target:
-            fits = fits and (1 << n_players) <= default_budget(n_players)
-        estimator = "exact" if fits or n_players == 1 else "kernel"
-    if estimator not in _BY_NAME:
-        raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
-    if estimator == "exact" and n_players > exact.MAX_PLAYERS:
-        raise OptionError(f"exact is limited to {exact.MAX_PLAYERS} players, got {n_players}")
-    need = 2 if n_players == 1 else _BY_NAME[estimator].min_coalitions(n_players)
-    if coalitions < need:
-        raise BudgetError(
-            f"budget {budget} pays for {coalitions} coalitions at {cost} model evaluations "
-            f"each; estimator {estimator!r} needs at least {need} coalitions for {n_players} "
-            f"players, a budget of {need * cost}"
-        )
-    return estimator
-
-
-def shapley_values(
-    game: Game,
-    n_players: int,
-    *,
-    estimator: str = "auto",
-    budget: int | None = None,
-    seed: int = 0,
-    sampler: str = "kernel",
-    target_se: float | None = None,
-    target_output: OutputRule = None,
-) -> Estimate:
-    """Shapley values of `game` (bool masks [m, n] -> values [m] or [m, k]).
-
-    `budget` counts model evaluations: coalitions times `game.rows_per_coalition` (default 1).
-    `target_se`: sample in rounds until every error_std of `target_output` (an index, a rule
-    from v(all) to an index, or None: all outputs) is at most this, or the budget is spent.
-    """
-    if n_players < 1:
-        raise OptionError("a game needs at least one player")
-    if target_se is not None and not (np.isfinite(target_se) and target_se > 0):
-        raise OptionError(f"target_se must be a positive number, got {target_se}")
-    cost = rows_per_coalition(game)
-    target = None if target_se is None else Target(float(target_se), target_output)
-    if budget is None:
-        budget = default_budget(n_players, cost, estimator, target=target is not None)
-    name = choose_estimator(estimator, n_players, budget, cost, target=target is not None)
-    if n_players == 1:
-        name = "exact"
-    recorder = GameRecorder(game, n_players, budget)
-    rng = np.random.default_rng(seed)
-    if target is not None and estimator == "auto" and name != "exact":
-        perm_rng, kernel_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
-        contenders = {
-            "permutation": permutation.rounds(recorder, perm_rng),
-            "kernel": kernel.rounds(recorder, kernel_rng, sampler),
-        }
-        return rounds.race(contenders, recorder, target)
-    est = _BY_NAME[name].run(recorder, rng, sampler, target)
-    if target is not None and est.precision is None:  # exact
-        est = replace(est, precision=Precision(target.se, True, 0.0, 1))
-    return est
 
 
 class MaskerOptions(BaseModel):
@@ -131,11 +45,9 @@ class MaskerOptions(BaseModel):
     )
 
 
-class ShapleyOptions(BaseModel):
+class ShapleyOptions(ExplainerOptions):
     """Options of the `shapley` explainer."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    estimator: Literal["auto", "exact", "permutation", "kernel", "svarm", "tree"] = Field(
+    estimator: Literal["auto", EstimatorName, "svarm", "tree"] = Field(
         "auto",
         description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
         "exact when 2^n coalitions fit the budget, else kernel (SV) or the index's default "
@@ -156,7 +68,7 @@ class ShapleyOptions(BaseModel):
         "chain", description="API rule: positive pairwise chain terms, or positive Möbius shares"
     )
     max_order: int = Field(2, ge=1, le=4, description="highest interaction order (not for SV)")
-    sampler: Literal["kernel", "leverage"] = Field(
+    sampler: SamplerName = Field(
         "kernel", description="coalition sampler of the kernel estimator"
     )
     masker: MaskerOptions | None = Field(
@@ -195,30 +107,26 @@ def _references(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Reference rows [r, *input_shape] and their description for the echo."""
     if masker.type == "background":
-        if background is not None:
-            return background, {"type": "background", "source": "request", "rows": len(background)}
-        if model.background is None:
+        source = "request" if background is not None else "model"
+        if background is None and model.background is None:
             raise OptionError(f"model {model.name!r} has no default background; send one")
-        return model.background, {
+        rows = references(model, np.empty(0), Absence("background"), background, "masker")
+        return rows.astype(model.input_dtype), {
             "type": "background",
-            "source": "model",
-            "rows": len(model.background),
+            "source": source,
+            "rows": len(rows),
         }
-    if masker.value is None:
-        if model.modality == "tabular" and model.background is not None:
-            value = model.background.mean(axis=0)
-            source = "feature means of the model background"
-        else:
-            value = np.zeros(model.input_shape, dtype=np.float32)
-            source = "zeros"
-    else:
-        value = np.asarray(masker.value, dtype=np.float64)
+    if masker.value is not None:
+        absence = Absence("learned" if masker.ref is not None else "value", masker.value)
         source = "request"
-        if value.ndim == 0:
-            value = np.full(model.input_shape, float(value))
-        if value.size != model.n_features or not np.all(np.isfinite(value)):
-            raise OptionError(f"baseline needs {model.n_features} finite numbers, got {value.size}")
-    value = np.asarray(value, dtype=model.input_dtype).reshape(1, *model.input_shape)
+    elif model.modality == "tabular" and (background is not None or model.background is not None):
+        absence = Absence("mean")
+        which = "request" if background is not None else "model"
+        source = f"feature means of the {which} background"
+    else:
+        absence, source = Absence("zero"), "zeros"
+    value = references(model, np.empty(0), absence, background, "baseline")
+    value = value.astype(model.input_dtype)
     return value, {"type": "baseline", "source": source, "value": value.reshape(-1).tolist()}
 
 
@@ -333,10 +241,13 @@ def explain(
             choose_estimator(
                 options.estimator, n, plan.budget, plan.cost, options.target_se is not None
             )
-    explain_one = {"SV": _shapley_one, "API": _api_one}.get(options.index, _interactions_one)
+    run = runs.Run(options, plan.budget, seed, model, target)
+    explain_one = {"SV": runs.shapley_one, "API": runs.api_one}.get(
+        options.index, runs.interactions_one
+    )
     explanations = []
     for game, n_players, players in plan.games:
-        explanation = explain_one(game, n_players, options, plan.budget, seed, model, target)
+        explanation = explain_one(game, n_players, run)
         if not 0 <= explanation.output_index < model.n_outputs:
             raise OptionError(f"target out of range for {model.n_outputs} outputs")
         explanations.append(
@@ -426,110 +337,11 @@ def _precision(target_se: float, explanations: list[Explanation]) -> dict[str, A
     }
 
 
-def _shapley_one(
-    game: Game,
-    n_players: int,
-    options: ShapleyOptions,
-    budget: int,
-    seed: int,
-    model: Model,
-    target: int | None,
-) -> Explanation:
-    est = shapley_values(
-        game,
-        n_players,
-        estimator=options.estimator,
-        budget=budget,
-        seed=seed,
-        sampler=options.sampler,
-        target_se=options.target_se,
-        target_output=target if target is not None else partial(_explained, model),
-    )
-    return _pick(est, model, target)
-
-
-def _explained(model: Model, full_value: np.ndarray) -> int:
-    """The output explained without a target: the predicted class, or the single output."""
-    return int(np.argmax(full_value)) if model.task == "classification" else 0
-
-
-def _pick(est: Estimate, model: Model, target: int | None) -> Explanation:
-    """One output of a multi-output estimate: the target, else the predicted class."""
-    out = target
-    if out is None:
-        out = _explained(model, np.atleast_1d(est.full_value))
-    details = None
-    if est.precision is not None:
-        p = est.precision
-        worst = 0.0 if est.error_std is None else float(np.max(est.error_std[:, out]))
-        details = {"precision": {**p.as_dict(), "max_error_std": worst}}
-    return Explanation(
-        output_index=out,
-        values=est.values[:, out],
-        base_value=float(est.base_value[out]),
-        instance_output_value=float(est.full_value[out]),
-        exact=est.exact,
-        n_model_evals=est.n_evaluations,
-        estimator=est.estimator,
-        error_std=None if est.error_std is None else est.error_std[:, out],
-        partial=est.partial,
-        details=details,
-    )
-
-
-def _api_one(
-    game: Game,
-    n_players: int,
-    options: ShapleyOptions,
-    budget: int,
-    seed: int,
-    model: Model,
-    target: int | None,
-) -> Explanation:
-    if options.estimator not in ("auto", "exact", "permutation"):
-        raise OptionError("API supports the estimators auto, exact and permutation")
-    recorder = GameRecorder(game, n_players, budget)
-    est = api_allocation.api_values(
-        recorder, np.random.default_rng(seed), options.api_variant, options.estimator
-    )
-    return _pick(est, model, target)
-
-
-def _interactions_one(
-    game: Game,
-    n_players: int,
-    options: ShapleyOptions,
-    budget: int,
-    seed: int,
-    model: Model,
-    target: int | None,
-) -> Explanation:
-    output = target if target is not None or model.task == "classification" else 0
-    res = interactions.interaction_values(
-        game,
-        n_players,
-        index=options.index,
-        max_order=min(options.max_order, n_players),
-        estimator=options.estimator,
-        budget=budget,
-        seed=seed,
-        output=output,
-    )
-    out = target if target is not None else res.output
-    return Explanation(
-        output_index=out,
-        values=res.first_order(n_players),
-        base_value=res.baseline_value,
-        instance_output_value=res.full_value,
-        exact=res.exact,
-        n_model_evals=res.n_evaluations,
-        estimator=res.estimator,
-        interactions={
-            "index": res.index,
-            "max_order": res.max_order,
-            "values": {",".join(map(str, key)): v for key, v in res.values.items()},
-        },
-    )
-
-
-__all__ = ["ExplainerError", "ShapleyOptions", "explain", "shapley_values"]
+__all__ = [
+    "ESTIMATORS",
+    "ExplainerError",
+    "ShapleyOptions",
+    "choose_estimator",
+    "explain",
+    "shapley_values",
+]

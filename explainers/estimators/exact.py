@@ -19,6 +19,11 @@ def min_coalitions(n: int) -> int:
     return 1 << n
 
 
+def fits(n: int, coalitions: int | None) -> bool:
+    """The exact rule: all 2^n coalitions fit `coalitions` (None: no limit) and n is small."""
+    return n <= MAX_PLAYERS and (coalitions is None or (1 << n) <= coalitions)
+
+
 def value_table(recorder: GameRecorder) -> np.ndarray:
     """v(S) for every coalition, in bit order. [2^n, k]"""
     n = recorder.n_players

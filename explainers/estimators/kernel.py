@@ -36,6 +36,16 @@ def _blas() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+def size_distribution(n: int) -> np.ndarray:
+    """Shapley-kernel probability of each coalition size k = 1..n-1: p(k) ~ 1/(k(n-k)). [n-1]
+
+    The kernel estimator samples sizes by it; Salvage's kernel sampler should too.
+    """
+    k = np.arange(1, n, dtype=np.float64)
+    w = 1.0 / (k * (n - k))
+    return np.asarray(w / w.sum())
+
+
 def _size_weight(n: int, s: int) -> float:
     """Shapley-kernel weight of one coalition of size s (0 < s < n)."""
     return (n - 1) / (comb(n, s) * s * (n - s))
@@ -85,9 +95,8 @@ class Planner:
             raise ValueError(f"unknown sampler {sampler!r}; use one of {SAMPLERS}")
         self.n, self.sampler, self.rng = n, sampler, rng
         self.groups = list(range(1, n // 2 + 1))  # size groups {s, n-s} still sampled
-        self.mass = {
-            s: _size_weight(n, s) * comb(n, s) * (1 if 2 * s == n else 2) for s in self.groups
-        }
+        p = size_distribution(n)  # a pair {S, N\S} draws either size: twice p(s) unless s = n/2
+        self.mass = {s: float(p[s - 1]) * (1 if 2 * s == n else 2) for s in self.groups}
         self.index: dict[bytes, int] = {}  # coalition -> row of the value store
         self.masks: list[np.ndarray] = []  # store rows, in blocks
         self.enumerated_count = 0

@@ -1,0 +1,134 @@
+"""The estimator list, `choose_estimator` and `shapley_values`: the one entry to the estimators.
+
+Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro et al. (2009).
+"Exact when 2^n fits" is `exact.fits`. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
+
+import numpy as np
+
+from explainers.budget import default_budget
+from explainers.estimators import exact, kernel, permutation, rounds
+from explainers.estimators.base import Estimate, OutputRule, Precision, Target
+from explainers.explanation import OptionError
+from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
+
+# Names for options models (pydantic Literals): the estimators below, and the kernel's samplers.
+EstimatorName = Literal["exact", "permutation", "kernel"]
+EstimatorChoice = Literal["auto", EstimatorName]
+SamplerName = Literal["kernel", "leverage"]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    name: str
+    run: Callable[[GameRecorder, np.random.Generator, str, Target | None], Estimate]
+    min_coalitions: Callable[[int], int]
+
+
+# The Shapley-value estimators, by name: add one here and to EstimatorName.
+ESTIMATORS: tuple[EstimatorSpec, ...] = (
+    EstimatorSpec("exact", lambda rec, rng, _s, _t: exact.exact(rec, rng), exact.min_coalitions),
+    EstimatorSpec(
+        "permutation",
+        lambda rec, rng, _s, t: permutation.permutation(rec, rng, t),
+        permutation.min_coalitions,
+    ),
+    EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
+)
+_BY_NAME = {spec.name: spec for spec in ESTIMATORS}
+if len(_BY_NAME) != len(ESTIMATORS):
+    raise ValueError("duplicate estimator names")
+if set(_BY_NAME) != set(get_args(EstimatorName)):
+    raise ValueError("ESTIMATORS and EstimatorName disagree")
+ESTIMATOR_NAMES: tuple[str, ...] = tuple(_BY_NAME)
+SAMPLER_NAMES: tuple[str, ...] = get_args(SamplerName)
+
+
+def choose_estimator(
+    estimator: str, n_players: int, budget: int, cost: int = 1, target: bool = False
+) -> str:
+    """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices.
+
+    With a precision target, exact only when 2^n also fits the no-target default budget
+    (2n + 2048 coalitions); else `kernel` here and a race in `shapley_values`.
+    """
+    coalitions = budget // cost
+    if estimator == "auto":
+        fits = exact.fits(n_players, coalitions)
+        if target:
+            fits = fits and (1 << n_players) <= default_budget(n_players)
+        estimator = "exact" if fits or n_players == 1 else "kernel"
+    if estimator not in _BY_NAME:
+        raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
+    if estimator == "exact" and n_players > exact.MAX_PLAYERS:
+        raise OptionError(f"exact is limited to {exact.MAX_PLAYERS} players, got {n_players}")
+    need = 2 if n_players == 1 else _BY_NAME[estimator].min_coalitions(n_players)
+    if coalitions < need:
+        raise BudgetError(
+            f"budget {budget} pays for {coalitions} coalitions at {cost} model evaluations "
+            f"each; estimator {estimator!r} needs at least {need} coalitions for {n_players} "
+            f"players, a budget of {need * cost}"
+        )
+    return estimator
+
+
+def shapley_values(
+    game: Game,
+    n_players: int,
+    *,
+    estimator: str = "auto",
+    budget: int | None = None,
+    seed: int = 0,
+    sampler: str = "kernel",
+    target_se: float | None = None,
+    target_output: OutputRule = None,
+) -> Estimate:
+    """Shapley values of `game` (bool masks [m, n] -> values [m] or [m, k]).
+
+    `budget` counts model evaluations: coalitions times `game.rows_per_coalition` (default 1).
+    `target_se`: sample in rounds until every error_std of `target_output` (an index, a rule
+    from v(all) to an index, or None: all outputs) is at most this, or the budget is spent.
+    """
+    if n_players < 1:
+        raise OptionError("a game needs at least one player")
+    if target_se is not None and not (np.isfinite(target_se) and target_se > 0):
+        raise OptionError(f"target_se must be a positive number, got {target_se}")
+    cost = rows_per_coalition(game)
+    target = None if target_se is None else Target(float(target_se), target_output)
+    if budget is None:
+        budget = default_budget(n_players, cost, estimator, target=target is not None)
+    name = choose_estimator(estimator, n_players, budget, cost, target=target is not None)
+    if n_players == 1:
+        name = "exact"
+    recorder = GameRecorder(game, n_players, budget)
+    rng = np.random.default_rng(seed)
+    if target is not None and estimator == "auto" and name != "exact":
+        perm_rng, kernel_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
+        contenders = {
+            "permutation": permutation.rounds(recorder, perm_rng),
+            "kernel": kernel.rounds(recorder, kernel_rng, sampler),
+        }
+        return rounds.race(contenders, recorder, target)
+    est = _BY_NAME[name].run(recorder, rng, sampler, target)
+    if target is not None and est.precision is None:  # exact
+        est = replace(est, precision=Precision(target.se, True, 0.0, 1))
+    return est
+
+
+__all__ = [
+    "ESTIMATORS",
+    "ESTIMATOR_NAMES",
+    "SAMPLER_NAMES",
+    "EstimatorChoice",
+    "EstimatorName",
+    "EstimatorSpec",
+    "SamplerName",
+    "choose_estimator",
+    "shapley_values",
+]

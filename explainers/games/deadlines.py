@@ -1,0 +1,56 @@
+"""Deadlines and cancel checks that follow an explanation into its thread (context variables)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from explainers.games.errors import Cancelled, DeadlineExceeded
+
+# time.monotonic() by which the current explanation must finish (None: no limit). A context
+# variable, so it follows the computation into its thread without changing any signature.
+_DEADLINE: ContextVar[float | None] = ContextVar("explain_deadline", default=None)
+
+
+@contextmanager
+def deadline(at: float | None) -> Iterator[None]:
+    """Run the block under a deadline (a time.monotonic() value; None: none)."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+# A check that says the work was withdrawn (a job's cancel flag), asked before each model call.
+_STOP: ContextVar[Callable[[], bool] | None] = ContextVar("explain_stop", default=None)
+
+
+@contextmanager
+def stop_when(cancelled: Callable[[], bool] | None) -> Iterator[None]:
+    """Run the block with a cancel check: once `cancelled()` is true, the next model call
+    raises Cancelled. It runs before every batched model call, so it must be cheap."""
+    token = _STOP.set(cancelled)
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
+
+
+def has_deadline() -> bool:
+    """A deadline or a cancel check is set: long work is cut into short model calls (about
+    0.1 s, see estimators/rounds.py) so that either is noticed soon, even inside a round."""
+    return _DEADLINE.get() is not None or _STOP.get() is not None
+
+
+def check_deadline() -> None:
+    """Raise DeadlineExceeded once the current deadline has passed, Cancelled once the work
+    was withdrawn; long loops call this."""
+    at = _DEADLINE.get()
+    if at is not None and time.monotonic() > at:
+        raise DeadlineExceeded("the time limit (timeout_ms) passed before the answer was ready")
+    stop = _STOP.get()
+    if stop is not None and stop():
+        raise Cancelled("the work was cancelled")

@@ -1,0 +1,118 @@
+"""Per instance, one index of the `shapley` explainer: the game, an estimator, one output.
+
+SV: `shapley_values`; API (aggregated positive interactions): `api_allocation`; the other
+interaction indices: `interactions`. `pick` turns a multi-output estimate into one Explanation
+(shared with cocoa and rankshap).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from explainers import api_allocation, interactions
+from explainers.estimators.base import Estimate
+from explainers.estimators.registry import shapley_values
+from explainers.explanation import Explanation, OptionError
+from explainers.games import Game, GameRecorder
+
+if TYPE_CHECKING:
+    from explainers.shapley import ShapleyOptions
+    from models.base import Model
+
+
+class Run(NamedTuple):
+    """What every instance of one request shares."""
+
+    options: ShapleyOptions
+    budget: int  # per instance, model evaluations
+    seed: int
+    model: Model
+    target: int | None
+
+
+def shapley_one(game: Game, n_players: int, run: Run) -> Explanation:
+    options, budget, seed, model, target = run
+    est = shapley_values(
+        game,
+        n_players,
+        estimator=options.estimator,
+        budget=budget,
+        seed=seed,
+        sampler=options.sampler,
+        target_se=options.target_se,
+        target_output=target if target is not None else partial(explained, model),
+    )
+    return pick(est, model, target)
+
+
+def explained(model: Model, full_value: np.ndarray) -> int:
+    """The output explained without a target: the predicted class, or the single output."""
+    return int(np.argmax(full_value)) if model.task == "classification" else 0
+
+
+def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
+    """One output of a multi-output estimate: the target, else the predicted class."""
+    out = target
+    if out is None:
+        out = explained(model, np.atleast_1d(est.full_value))
+    details = None
+    if est.precision is not None:
+        p = est.precision
+        worst = 0.0 if est.error_std is None else float(np.max(est.error_std[:, out]))
+        details = {"precision": {**p.as_dict(), "max_error_std": worst}}
+    return Explanation(
+        output_index=out,
+        values=est.values[:, out],
+        base_value=float(est.base_value[out]),
+        instance_output_value=float(est.full_value[out]),
+        exact=est.exact,
+        n_model_evals=est.n_evaluations,
+        estimator=est.estimator,
+        error_std=None if est.error_std is None else est.error_std[:, out],
+        partial=est.partial,
+        details=details,
+    )
+
+
+def api_one(game: Game, n_players: int, run: Run) -> Explanation:
+    options, budget, seed, model, target = run
+    if options.estimator not in ("auto", "exact", "permutation"):
+        raise OptionError("API supports the estimators auto, exact and permutation")
+    recorder = GameRecorder(game, n_players, budget)
+    est = api_allocation.api_values(
+        recorder, np.random.default_rng(seed), options.api_variant, options.estimator
+    )
+    return pick(est, model, target)
+
+
+def interactions_one(game: Game, n_players: int, run: Run) -> Explanation:
+    options, budget, seed, model, target = run
+    output = target if target is not None or model.task == "classification" else 0
+    res = interactions.interaction_values(
+        game,
+        n_players,
+        index=options.index,
+        max_order=min(options.max_order, n_players),
+        estimator=options.estimator,
+        budget=budget,
+        seed=seed,
+        output=output,
+    )
+    out = target if target is not None else res.output
+    return Explanation(
+        output_index=out,
+        values=res.first_order(n_players),
+        base_value=res.baseline_value,
+        instance_output_value=res.full_value,
+        exact=res.exact,
+        n_model_evals=res.n_evaluations,
+        estimator=res.estimator,
+        interactions={
+            "index": res.index,
+            "max_order": res.max_order,
+            "values": {",".join(map(str, key)): v for key, v in res.values.items()},
+        },
+    )
