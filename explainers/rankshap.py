@@ -20,12 +20,13 @@ from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from explainers import caveats
 from explainers.budget import default_budget
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
+from explainers.options import ExplainerOptions
 from explainers.shapley import choose_estimator, shapley_values
 from models.base import Model, RankerModel
 
@@ -46,10 +47,8 @@ class RankShapFields(BaseModel):
     )
 
 
-class RankShapOptions(BaseModel):
+class RankShapOptions(ExplainerOptions):
     """Options of the `rankshap` explainer."""
-
-    model_config = ConfigDict(extra="forbid")
     players: Literal["documents", "query"] = Field(
         "documents",
         description="documents: terms of the query and documents, an absent term is removed "

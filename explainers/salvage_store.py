@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from explainers import salvage
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.maskers import patch_groups
+from explainers.options import ExplainerOptions
 from models.base import Model
 
 if TYPE_CHECKING:
@@ -224,10 +225,8 @@ class SalvageStore:
         return trained
 
 
-class SalvageOptions(BaseModel):
+class SalvageOptions(ExplainerOptions):
     """Options of the `salvage` explainer: which trained artifact answers."""
-
-    model_config = ConfigDict(extra="forbid")
     artifact: str | None = Field(
         None,
         max_length=64,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from explainers import shapley
 from explainers import text as text_game
@@ -35,16 +35,15 @@ from explainers.estimators import exact
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, GameRecorder
 from explainers.maskers import MaskedModelGame, patch_groups
+from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
 VERSION = "1"
 MAX_EXACT = exact.MAX_PLAYERS
 
 
-class SufficientOptions(BaseModel):
+class SufficientOptions(ExplainerOptions):
     """Options of the `sufficient-subset` explainer."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
     search: Literal["auto", "exact", "greedy"] = Field(
         "auto",
         description="exact: all 2^n coalitions, a subset of minimum size; greedy: the shortest "

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
 from explainers.games import BudgetError
@@ -30,16 +30,15 @@ from explainers.gradients import (
     score_function,
     scores_at,
 )
+from explainers.options import ExplainerOptions
 from models.base import Model
 
 VERSION = "2"
 _TINY = 1e-12
 
 
-class UniOptions(BaseModel):
+class UniOptions(ExplainerOptions):
     """Options of the `uni` explainer; all defaults are ours (the paper gives none)."""
-
-    model_config = ConfigDict(extra="forbid")
     unlearning_steps: int = Field(
         1, ge=1, le=1000, description="most gradient-ascent steps on the copy"
     )

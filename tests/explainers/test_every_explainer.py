@@ -1,0 +1,263 @@
+"""One test over every registered explainer (DESIGN.md 4.10), through the HTTP app.
+
+For each spec in `explainers.registry.EXPLAINERS`, on a built-in model it serves: the same seed
+gives the same answer twice, the budget is honoured (model evaluations per instance at most the
+request's budget), the response survives a JSON round trip through its declared schema, and the
+axioms that apply hold (efficiency of the game-based Shapley explainers; every additive
+explainer reports its efficiency gap honestly). Options are strict alike: a string where a
+number is asked for is a 422 for every explainer.
+
+A new explainer fails here until it has a case in CASES.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.schemas import ExplainResponse
+from app.settings import Settings
+from explainers.options import ExplainerOptions
+from explainers.registry import EXPLAINERS, get_explainer
+from models.builtin import dataset_split
+from models.registry import ModelRegistry
+
+CONTEXT = "Zorblat is the capital of Quenmoria. It has a harbour.\n\nBread is baked from flour."
+DOCS = [
+    "solar panels convert sunlight into electricity",
+    "the wind turbine makes electricity",
+    "a recipe for bread with flour",
+]
+# Salvage's smallest training run (tests/app/test_salvage_routes.py).
+TINY_SALVAGE = {
+    "rows": 48,
+    "surrogate_epochs": 1,
+    "explainer_epochs": 2,
+    "batch_size": 16,
+    "pairs": 2,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A valid request for one explainer on one built-in model."""
+
+    model: str
+    body: Callable[[], dict[str, Any]]  # the request without seed and budget
+    budget: int | None  # model evaluations per instance; None: the explainer takes none
+    efficient: bool = False  # Shapley values of a game: sum + base = f(x) up to rounding
+
+
+def _row(name: str, i: int = 0) -> list[Any]:
+    return list(dataset_split(name).x_test[i].tolist())
+
+
+def _cocoa() -> dict[str, Any]:
+    digits = dataset_split("digits-cnn")
+    return {
+        "inputs": [_row("digits-cnn")],
+        "corpus": digits.x_train[digits.y_train == 7][:8].tolist(),
+        "foil": digits.x_train[digits.y_train != 7][:16].tolist(),
+        "parameters": {"patch_size": 4},  # 4 patches: exact, 16 coalitions
+    }
+
+
+CASES: dict[str, Case] = {
+    "shapley": Case(
+        "diabetes-mlp",
+        lambda: {"inputs": [_row("diabetes-mlp"), _row("diabetes-mlp", 1)]},
+        3000,  # 30 coalitions of 100 background rows: KernelSHAP, not exact
+        efficient=True,
+    ),
+    "integrated-gradients": Case(
+        "breast-cancer-mlp",
+        lambda: {"inputs": [_row("breast-cancer-mlp")], "parameters": {"steps": 8}},
+        64,
+    ),
+    "uni": Case(
+        "breast-cancer-mlp",
+        lambda: {
+            "inputs": [_row("breast-cancer-mlp")],
+            "parameters": {"pgd_steps": 2, "ig_steps": 4},
+        },
+        200,
+    ),
+    "rankshap": Case(
+        "bm25",
+        lambda: {
+            "query": "solar electricity",
+            "documents": DOCS,
+            "parameters": {"k": 2, "max_players": 6},
+        },
+        100,
+        efficient=True,
+    ),
+    "cocoa": Case("digits-encoder", _cocoa, 1000, efficient=True),
+    "salvage": Case("digits-cnn", lambda: {"inputs": [_row("digits-cnn")]}, None, efficient=True),
+    "attribot": Case(
+        "smollm2-135m",
+        lambda: {
+            "context": CONTEXT,
+            "query": "What is the capital of Quenmoria?",
+            "response": " Zorblat.",
+            "parameters": {"granularity": "paragraph"},
+        },
+        10,
+    ),
+    "sufficient-subset": Case(
+        "breast-cancer-mlp",
+        lambda: {"inputs": [_row("breast-cancer-mlp")], "parameters": {"order": "leave-one-out"}},
+        8000,
+    ),
+}
+NAMES = [spec.name for spec in EXPLAINERS]
+# Explainer-specific meta keys (ExplainResult.meta) that the response carries but the declared
+# schema (app/schemas.py ExplainMeta) has no field for: a validated response would lose them.
+SCHEMA_GAPS = {
+    "cocoa": "meta.corpus and meta.foil (sizes of COCOA's corpus and foil)",
+    "attribot": "meta.forward_passes (per model)",
+}
+
+
+def _wait(client: TestClient, job: str, timeout: float = 240.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        status = dict(client.get(f"/v2/jobs/{job}").json())
+        if status["status"] in ("succeeded", "failed", "cancelled"):
+            return status
+        time.sleep(0.2)
+    raise TimeoutError(f"job {job} did not finish in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    registry = ModelRegistry(model_dir)
+    registry.get("smollm2-135m")  # an LM loads in the background otherwise (503 until loaded)
+    tmp = tmp_path_factory.mktemp("every-explainer")
+    settings = Settings(
+        model_dir=tmp / "models",  # Salvage's artifact store; built-ins come from the registry
+        redis_url=None,
+        database_url=f"sqlite:///{tmp / 'jobs.db'}",
+        load_models_on_start=False,
+    )
+    with TestClient(create_app(settings, registry)) as c:
+        r = c.post(
+            "/v2/jobs",
+            json={"kind": "train-salvage", "model": "digits-cnn", "parameters": TINY_SALVAGE},
+        )
+        assert r.status_code == 202, r.text
+        status = _wait(c, r.json()["id"])
+        assert status["status"] == "succeeded", status
+        yield c
+
+
+def _explain(client: TestClient, name: str, extra: dict[str, Any]) -> Any:
+    case = CASES[name]
+    body = {**case.body(), "seed": 7, **extra}
+    if case.budget is not None:
+        body["budget"] = case.budget
+    return client.post(
+        f"/v2/models/{case.model}/explain/{name}", json=body, headers={"Cache-Control": "no-cache"}
+    )
+
+
+def test_every_registered_explainer_has_a_case() -> None:
+    assert sorted(CASES) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_options_share_one_base(name: str) -> None:
+    assert issubclass(get_explainer(name).options, ExplainerOptions)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_seeded_budgeted_round_trip_and_axioms(client: TestClient, name: str) -> None:
+    first, second = _explain(client, name, {}), _explain(client, name, {})
+    assert first.status_code == 200, first.text
+    out, again = first.json(), second.json()
+
+    # Determinism: the same seed gives the same answer (same process, same batching).
+    assert again["meta"]["seed"] == out["meta"]["seed"] == 7
+    for e, f in zip(out["data"]["explanations"], again["data"]["explanations"], strict=True):
+        np.testing.assert_allclose(f["values"], e["values"], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(f["base_value"], e["base_value"], rtol=1e-6, atol=1e-9)
+        assert f["n_model_evals"] == e["n_model_evals"]
+
+    # Budget: model evaluations per instance within the request's budget.
+    explanations = out["data"]["explanations"]
+    budget = CASES[name].budget
+    if budget is not None:
+        assert all(e["n_model_evals"] <= budget for e in explanations)
+        assert out["meta"]["n_model_evals"] <= budget * out["meta"]["n_instances"]
+
+    # Axioms. Every additive explainer reports its efficiency gap as it is; the game-based
+    # Shapley explainers close it up to float32 rounding of the model's outputs.
+    if out["meta"]["additive"]:
+        for e in explanations:
+            gap = abs(sum(e["values"]) + e["base_value"] - e["instance_output_value"])
+            assert e["approximation_error"] == pytest.approx(gap, rel=1e-6, abs=1e-9)
+            if CASES[name].efficient:
+                scale = max(1.0, abs(e["instance_output_value"]), abs(e["base_value"]))
+                assert gap <= 1e-5 * scale, (gap, scale)
+
+    # JSON round trip through the declared response schema: nothing lost, nothing coerced.
+    parsed = ExplainResponse.model_validate_json(first.content)
+    back = parsed.model_dump(mode="json", exclude_unset=True)
+    lost = _lost(out, back)
+    if name in SCHEMA_GAPS:
+        assert lost, f"{name} round-trips now: remove it from SCHEMA_GAPS"
+        pytest.xfail(f"app/schemas.py ExplainMeta drops {lost}: {SCHEMA_GAPS[name]}")
+    assert lost == [], "keys the declared response schema does not carry"
+    assert back == out
+
+
+def _lost(sent: Any, back: Any, path: str = "") -> list[str]:
+    """Paths of dictionary keys in `sent` that are missing from `back`."""
+    if isinstance(sent, dict) and isinstance(back, dict):
+        return [
+            p
+            for k, v in sent.items()
+            for p in ([f"{path}.{k}"] if k not in back else _lost(v, back[k], f"{path}.{k}"))
+        ]
+    if isinstance(sent, list) and isinstance(back, list):
+        pairs = enumerate(zip(sent, back, strict=False))  # a shorter list fails the == below
+        return [p for i, (a, b) in pairs for p in _lost(a, b, f"{path}[{i}]")]
+    return []
+
+
+def _number_field(options: type[ExplainerOptions]) -> str | None:
+    """The first option whose type is an int or a float (None allowed)."""
+    for field_name, info in options.model_fields.items():
+        kinds = (
+            get_args(info.annotation)
+            if get_origin(info.annotation) in (Union, types.UnionType)
+            else (info.annotation,)
+        )
+        if any(k in (int, float) for k in kinds) and all(
+            k in (int, float, type(None)) for k in kinds
+        ):
+            return field_name
+    return None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_string_for_a_number_is_a_422(client: TestClient, name: str) -> None:
+    options = get_explainer(name).options
+    field_name = _number_field(options)
+    if field_name is None:  # e.g. Salvage: its options are names only
+        r = _explain(client, name, {"parameters": {next(iter(options.model_fields)): 3}})
+    else:
+        body = CASES[name].body()
+        params = {**body.get("parameters", {}), field_name: "3"}
+        r = _explain(client, name, {"parameters": params})
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_error"
