@@ -1,5 +1,6 @@
-"""Built-in causal language models (modality "lm"): the model type AttriBoT runs on, its
-protocol, and the loader. Where the weights come from and how they are cached: models/lm_cache.py.
+"""Built-in causal language models (modality "lm"): the model type AttriBoT runs on and its
+loader. What AttriBoT needs of any LM: models/lm_protocol.py (no torch); where the weights come
+from and how they are cached: models/lm_cache.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from filelock import FileLock
 
 from models.base import TextModel, UnknownModelError
 from models.lm_cache import SOURCES, _convert, _digest, _read, clean_interrupted
+from models.lm_protocol import LanguageModelProtocol
 
 __all__ = [
     "SOURCES",
@@ -33,49 +35,6 @@ log = logging.getLogger(__name__)
 
 MAX_TOKENS = 2048  # prompt + response tokens we accept (both models read far more)
 BATCH_SIZE = 8  # sequences per forward pass
-
-
-class LanguageModelProtocol(Protocol):
-    """What AttriBoT needs of a causal LM: token ids in, summed response log-likelihoods out.
-
-    `LanguageModel` below is the implementation; tests may pass a small fake.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def max_tokens(self) -> int:
-        """Prompt + response tokens the model accepts."""
-        ...
-
-    def encode(self, text: str, *, bos: bool) -> list[int]:
-        """Token ids of `text`, after BOS when `bos` and the model uses one."""
-        ...
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """The text of token ids."""
-        ...
-
-    def generate(self, prompt: list[int], max_new_tokens: int) -> list[int]:
-        """Greedy continuation of `prompt`, without the EOS token."""
-        ...
-
-    def response_log_likelihood(
-        self,
-        prompts: Sequence[list[int]],
-        response: list[int],
-        *,
-        prefix: PrefixCache | None = None,
-        batch_size: int = ...,
-    ) -> tuple[np.ndarray, int, int]:
-        """Σ_t log p(response_t | prompt, response_<t) per prompt, float64 [m]; forward passes
-        (sequences run) and tokens computed."""
-        ...
-
-    def full_pass(self, prompt: list[int], response: list[int]) -> tuple[float, PrefixCache]:
-        """ℓ(response | prompt) and the sequence's keys/values for prefix reuse."""
-        ...
 
 
 @dataclass(frozen=True, kw_only=True)
