@@ -178,6 +178,15 @@ class ExplainMeta(BaseModel):
         description="with parameters.evaluate: its parameters after defaults, n_model_evals and "
         "compute_ms; the figures are in each explanation's details.evaluation",
     )
+    corpus: dict[str, Any] | None = Field(
+        None, description="cocoa: the corpus used (size, source, embedding cache status)"
+    )
+    foil: dict[str, Any] | None = Field(
+        None, description="cocoa: the foil used (size, source, embedding cache status)"
+    )
+    forward_passes: dict[str, int] | None = Field(
+        None, description="attribot: forward passes per model (target and proxy)"
+    )
 
 
 class ExplainData(BaseModel):
