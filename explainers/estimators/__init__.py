@@ -8,7 +8,25 @@ provenance (exact or estimated, evaluations spent, standard errors).
 No torch at import.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from explainers.estimators.base import Estimate
-from explainers.estimators.registry import ESTIMATORS, choose_estimator, shapley_values
+
+if TYPE_CHECKING:
+    from explainers.estimators.registry import ESTIMATORS, choose_estimator, shapley_values
+
+_FROM_REGISTRY = ("ESTIMATORS", "choose_estimator", "shapley_values")
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: explainers.budget imports estimators.exact, and the registry imports budget.
+    if name in _FROM_REGISTRY:
+        from explainers.estimators import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'explainers.estimators' has no attribute {name!r}")
+
 
 __all__ = ["ESTIMATORS", "Estimate", "choose_estimator", "shapley_values"]

@@ -113,3 +113,18 @@ def test_games_and_estimators_do_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "explainers.budget",
+        "explainers.estimators",
+        "explainers.estimators.registry",
+        "explainers.estimators.loo",
+        "explainers.games.absence",
+        "explainers.games.spans",
+    ],
+)
+def test_each_module_imports_first_without_a_cycle(module: str) -> None:
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)
