@@ -11,42 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from explainers.explanation import OptionError
 from explainers.sentences import ContextTree
+from models.lm_protocol import LanguageModelProtocol as LanguageModel
 
 PLACEHOLDER = re.compile(r"\{(context|query)\}")
-
-
-class LanguageModel(Protocol):
-    """What the span game needs of a causal LM (models.lm.LanguageModel; tests may fake it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def max_tokens(self) -> int: ...
-
-    @property
-    def tokenizer(self) -> Any: ...  # decodes generated ids
-
-    def encode(self, text: str, *, bos: bool) -> list[int]: ...
-
-    def generate(self, prompt: list[int], max_new_tokens: int) -> list[int]: ...
-
-    def response_log_likelihood(
-        self,
-        prompts: Sequence[list[int]],
-        response: list[int],
-        *,
-        prefix: Any = None,
-        batch_size: int = ...,
-    ) -> tuple[np.ndarray, int, int]: ...  # ℓ per prompt [m], forward passes, tokens computed
-
-    def full_pass(self, prompt: list[int], response: list[int]) -> tuple[float, Any]: ...
 
 
 @dataclass
