@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from explainers.estimators.base import Estimate
+    from explainers.estimators.registry import shapley_values
     from explainers.games import BudgetError, ExplainerError, GameRecorder
     from explainers.interactions import InteractionResult, interaction_values
-    from explainers.shapley import shapley_values
 
     ShapleyResult = Estimate
 
@@ -25,7 +25,7 @@ _WHERE = {
     "InteractionResult": "explainers.interactions",
     "ShapleyResult": "explainers.estimators.base:Estimate",
     "interaction_values": "explainers.interactions",
-    "shapley_values": "explainers.shapley",
+    "shapley_values": "explainers.estimators.registry",
 }
 
 

@@ -24,10 +24,10 @@ from pydantic import BaseModel, Field
 
 from explainers import caveats
 from explainers.budget import default_budget
+from explainers.estimators.registry import choose_estimator, shapley_values
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.options import ExplainerOptions
-from explainers.shapley import choose_estimator, shapley_values
 from models.base import Model, RankerModel
 
 VERSION = "1"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from explainers import audit, interactions, shapley_trees
 from explainers import shapley_runs as runs
@@ -24,25 +24,13 @@ from explainers.estimators.registry import (
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import ExplainerError, Game
 from explainers.games import text as text_game
-from explainers.games.absence import Absence, references
 from explainers.games.masked import MaskedModelGame, patch_groups
+from explainers.masking import MaskerOptions
+from explainers.masking import masker_references as _references
 from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
 VERSION = "2"  # 2: sampled estimators draw in rounds (same seed, new answers): new cache keys
-
-
-class MaskerOptions(BaseModel):
-    """What "absent" means: background rows (interventional) or a fixed baseline."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    type: Literal["background", "baseline"]
-    value: float | list[Any] | None = Field(
-        None, description="baseline: a number, or one value per input feature (any nesting)"
-    )
-    ref: str | None = Field(
-        None, max_length=64, description="baseline: id of a succeeded learn-baseline job"
-    )
 
 
 class ShapleyOptions(ExplainerOptions):
@@ -100,34 +88,6 @@ class ShapleyOptions(ExplainerOptions):
         "of the explained output is at most this, or the budget is spent (meta.precision); "
         "without a budget, a generous one (64x the default, at most MAX_BUDGET)",
     )
-
-
-def _references(
-    model: Model, masker: MaskerOptions, background: np.ndarray | None
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """Reference rows [r, *input_shape] and their description for the echo."""
-    if masker.type == "background":
-        source = "request" if background is not None else "model"
-        if background is None and model.background is None:
-            raise OptionError(f"model {model.name!r} has no default background; send one")
-        rows = references(model, np.empty(0), Absence("background"), background, "masker")
-        return rows.astype(model.input_dtype), {
-            "type": "background",
-            "source": source,
-            "rows": len(rows),
-        }
-    if masker.value is not None:
-        absence = Absence("learned" if masker.ref is not None else "value", masker.value)
-        source = "request"
-    elif model.modality == "tabular" and (background is not None or model.background is not None):
-        absence = Absence("mean")
-        which = "request" if background is not None else "model"
-        source = f"feature means of the {which} background"
-    else:
-        absence, source = Absence("zero"), "zeros"
-    value = references(model, np.empty(0), absence, background, "baseline")
-    value = value.astype(model.input_dtype)
-    return value, {"type": "baseline", "source": source, "value": value.reshape(-1).tolist()}
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,14 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from explainers import shapley
 from explainers import text as text_game
 from explainers.budget import default_budget
 from explainers.estimators import exact
+from explainers.estimators.registry import shapley_values
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, GameRecorder
 from explainers.maskers import MaskedModelGame, patch_groups
+from explainers.masking import MaskerOptions, masker_references
 from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
@@ -71,7 +72,7 @@ class SufficientOptions(ExplainerOptions):
         description="a sufficient subset also keeps the class on at least this share of the "
         "background rows (each row filling the absent players; Anchors' precision)",
     )
-    masker: shapley.MaskerOptions | None = Field(
+    masker: MaskerOptions | None = Field(
         None, description="default: background for tabular models, a zero baseline for images"
     )
     patch_size: int = Field(2, ge=1, le=64, description="image models: side of a square patch")
@@ -109,10 +110,10 @@ def _array_instances(
     use_background = background is not None or (
         model.modality != "image" and model.background is not None
     )
-    masker = options.masker or shapley.MaskerOptions(
+    masker = options.masker or MaskerOptions(
         type="background" if use_background else "baseline"
     )
-    references, masker_echo = shapley._references(model, masker, background)
+    references, masker_echo = masker_references(model, masker, background)
     if model.modality == "image":
         groups, names = patch_groups(model.input_shape, options.patch_size)
     else:
@@ -192,7 +193,7 @@ def _reserve(n: int) -> int:
 
 def _order_minimum(options: SufficientOptions, n: int) -> int:
     """Fewest coalitions of the order: n + 1 for leave-one-out; Shapley's `auto` is exact when
-    2^n fit, else KernelSHAP with at least 2n (shapley.choose_estimator checks it again)."""
+    2^n fit, else KernelSHAP with at least 2n (choose_estimator checks it again)."""
     if options.order == "leave-one-out":
         return n + 1
     return min(1 << n, 2 * n) if n <= MAX_EXACT else 2 * n
@@ -280,7 +281,7 @@ def _order(
         masks[np.arange(n), np.arange(n)] = False
         v = rec(masks)[:, c]
         return v[n] - v[:n], "leave-one-out"
-    est = shapley.shapley_values(
+    est = shapley_values(
         _Column(rec, c), n, budget=coalitions * rec.cost, seed=seed, estimator="auto"
     )
     return np.asarray(est.values, np.float64).reshape(n), f"shapley-{est.estimator}"
