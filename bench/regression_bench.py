@@ -1,0 +1,259 @@
+"""Regression-adjusted estimator (issue 17): ours against shap KernelExplainer and shapiq KernelSHAP
+at equal coalitions, on games with exact (or long-run reference) Shapley values.
+
+    .venv/bin/python bench/regression_bench.py [--games tanh16,digits2,breast] [--seeds 4]
+
+Every contender sees the same game (bool masks -> values); shap and shapiq get it as a function
+on the mask space (KernelExplainer: explicand = all ones, background = one all-zeros row), so
+coalitions are counted alike. One thread for torch and BLAS. Prints, per game and budget: mean
+RMSE against the exact values, the ratio of ours to the best peer, the share of values within
+2 error_std of exact (calibration), and ours' own time against the model's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+torch.set_num_threads(1)
+threadpool_limits(limits=1)
+
+import shap  # noqa: E402
+import shapiq  # noqa: E402
+
+from explainers import shapley_values  # noqa: E402
+from explainers.games.masked import MaskedModelGame, patch_groups  # noqa: E402
+
+warnings.filterwarnings("ignore", module="shapiq")
+warnings.filterwarnings("ignore", category=UserWarning, module="shap")
+
+MULTIPLES = [2, 4, 8, 16, 32, 64]  # budgets: coalitions per player
+Case = tuple[
+    str, Callable[[np.ndarray], np.ndarray], int, int, np.ndarray
+]  # name, game, n, out, phi
+
+
+class Timed:
+    """A game that counts coalitions and the seconds spent inside it (the model's time)."""
+
+    def __init__(self, game: Callable[[np.ndarray], np.ndarray], cost: int = 1) -> None:
+        self.game, self.rows_per_coalition = game, cost
+        self.seconds, self.coalitions = 0.0, 0
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        out = np.asarray(self.game(masks))
+        self.seconds += time.perf_counter() - t0
+        self.coalitions += len(masks)
+        return out
+
+
+def tanh_cases(count: int) -> list[Case]:
+    """Interventional games of random 2-layer tanh MLPs: 16 features, 50 background rows."""
+    n, cases = 16, []
+    for seed in range(count):
+        rng = np.random.default_rng(seed)
+        w1 = rng.normal(size=(n, 32)) * 2 / np.sqrt(n)
+        b1 = rng.normal(size=32) * 0.5
+        w2 = rng.normal(size=(32, 2)) / np.sqrt(32)
+
+        def predict(x: np.ndarray, w1=w1, b1=b1, w2=w2) -> np.ndarray:
+            return np.tanh(x.astype(np.float64) @ w1 + b1) @ w2
+
+        game = MaskedModelGame(
+            predict, rng.normal(size=n), rng.normal(size=(50, n)), dtype="float64"
+        )
+        exact = shapley_values(game, n, estimator="exact").values[:, 0]
+        cases.append((f"tanh-mlp seed {seed}", game, n, 0, exact))
+    return cases
+
+
+def digits_cases(count: int, patch: int) -> list[Case]:
+    """digits-cnn, zero baseline, patches as players, the predicted class; exact values."""
+    from app.settings import Settings
+    from models.builtin import dataset_split
+    from models.registry import ModelRegistry
+
+    model = ModelRegistry(Settings().model_dir).get("digits-cnn")
+    groups, names = patch_groups(model.input_shape, patch)
+    n = len(names)
+    xs = dataset_split("digits-cnn").x_test
+    cases = []
+    for i in [0, 3, 4][:count]:
+        base = np.zeros((1, *model.input_shape), dtype=np.float32)
+        game = MaskedModelGame(model.predict, xs[i], base, groups, model.batch_size)
+        out = int(np.argmax(model.predict(xs[i : i + 1])[0]))
+        if n <= 20:
+            phi = shapley_values(game, n, estimator="exact").values[:, out]
+        else:  # a long reference run: our kernel at 2^16 coalitions
+            phi = shapley_values(game, n, estimator="kernel", budget=1 << 16, seed=99).values[
+                :, out
+            ]
+        cases.append((f"digits-cnn {patch}x{patch} test row {i}", game, n, out, phi))
+    return cases
+
+
+def breast_cases(count: int) -> list[Case]:
+    """breast-cancer-mlp, 20 background rows, "benign"; reference: the mean of our kernel and
+    our permutation at 2^16 coalitions each (shapley_bench's reference, cached there)."""
+    from app.settings import Settings
+    from bench.shapley_bench import SAMPLED_BG, SAMPLED_TARGET, reference_values
+    from models.builtin import dataset_split
+    from models.registry import ModelRegistry
+
+    model = ModelRegistry(Settings().model_dir).get("breast-cancer-mlp")
+    xs = dataset_split("breast-cancer-mlp").x_test[:count]
+    bg = np.ascontiguousarray(model.background[:SAMPLED_BG])
+    cache = ROOT / "bench" / "out" / f"reference_breast-cancer-mlp_bg{SAMPLED_BG}.npz"
+    ref = reference_values(model, xs, bg, 1 << 16, cache)
+    return [
+        (
+            f"breast-cancer-mlp test row {i}",
+            MaskedModelGame(model.predict, x, bg, max_rows=model.batch_size),
+            model.n_features,
+            SAMPLED_TARGET,
+            ref["values"][i],
+        )
+        for i, x in enumerate(xs)
+    ]
+
+
+def peers(game: Timed, n: int, out: int) -> dict[str, Callable[[int, int], np.ndarray]]:
+    def f(z: np.ndarray) -> np.ndarray:
+        return np.asarray(game(np.asarray(z) > 0.5))[:, out]
+
+    kernel_explainer = shap.KernelExplainer(f, np.zeros((1, n)))
+
+    def shap_kernel(coalitions: int, seed: int) -> np.ndarray:
+        np.random.seed(seed)
+        vals = kernel_explainer.shap_values(
+            np.ones(n), nsamples=coalitions, l1_reg=False, silent=True
+        )
+        return np.asarray(vals).reshape(-1)
+
+    class Wrapped(shapiq.Game):
+        def __init__(self) -> None:
+            super().__init__(n_players=n, normalize=False)
+
+        def value_function(self, coalitions_: np.ndarray) -> np.ndarray:
+            return f(coalitions_)
+
+    def shapiq_kernel(coalitions: int, seed: int) -> np.ndarray:
+        approx = shapiq.KernelSHAP(n, pairing_trick=True, random_state=seed)
+        return np.asarray(approx.approximate(coalitions, Wrapped()).get_n_order_values(1)).reshape(
+            -1
+        )
+
+    return {"shap Kernel": shap_kernel, "shapiq KernelSHAP": shapiq_kernel}
+
+
+def run_case(case: Case, seeds: int) -> dict[str, Any]:
+    name, inner, n, out, exact = case
+    cost = int(getattr(inner, "rows_per_coalition", 1))
+    game = Timed(inner, cost)
+    rows: dict[str, Any] = {}
+    for mult in MULTIPLES:
+        coalitions = mult * n
+        res: dict[str, list[float]] = {}
+        cover: list[float] = []
+        own: list[float] = []
+        model: list[float] = []
+        for seed in range(seeds):
+            for est in ("kernel", "regression"):
+                game.seconds = 0.0
+                t0 = time.perf_counter()
+                e = shapley_values(game, n, estimator=est, budget=coalitions * cost, seed=seed)
+                wall = time.perf_counter() - t0
+                err = e.values[:, out] - exact
+                res.setdefault(f"ours {est}", []).append(float(np.sqrt(np.mean(err**2))))
+                if est == "regression":
+                    own.append(wall - game.seconds)
+                    model.append(game.seconds)
+                    if e.error_std is not None:
+                        cover.append(float(np.mean(np.abs(err) <= 2 * e.error_std[:, out])))
+            for label, call in peers(game, n, out).items():
+                vals = call(coalitions, seed)
+                res.setdefault(label, []).append(float(np.sqrt(np.mean((vals - exact) ** 2))))
+        mean = {k: float(np.mean(v)) for k, v in res.items()}
+        best_peer = min(mean["shap Kernel"], mean["shapiq KernelSHAP"])
+        rows[str(mult)] = {
+            "coalitions": coalitions,
+            "rmse": mean,
+            "regression_over_best_peer": mean["ours regression"] / best_peer,
+            "kernel_over_best_peer": mean["ours kernel"] / best_peer,
+            "within_2_error_std": float(np.mean(cover)) if cover else None,
+            "regression_own_seconds": float(np.median(own)),
+            "model_seconds": float(np.median(model)),
+        }
+    return {"case": name, "n": n, "rms_phi": float(np.sqrt(np.mean(exact**2))), "budgets": rows}
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(
+            r["case"].rsplit(" ", 1)[0].replace(" test row", "").replace(" seed", ""), []
+        ).append(r)
+    for family, rs in groups.items():
+        print(f"\n{family} ({rs[0]['n']} players, {len(rs)} games): mean over games")
+        print(
+            "| coalitions | ours kernel / best peer | ours regression / best peer | within 2 se "
+            "| regression own s | model s |"
+        )
+        print("|---|---|---|---|---|---|")
+        for mult in MULTIPLES:
+            b = [r["budgets"][str(mult)] for r in rs]
+            cov = [x["within_2_error_std"] for x in b if x["within_2_error_std"] is not None]
+            print(
+                f"| {mult}n = {b[0]['coalitions']} | "
+                f"{np.mean([x['kernel_over_best_peer'] for x in b]):.2f} | "
+                f"{np.mean([x['regression_over_best_peer'] for x in b]):.2f} | "
+                f"{np.mean(cov) if cov else float('nan'):.2f} | "
+                f"{np.median([x['regression_own_seconds'] for x in b]):.3f} | "
+                f"{np.median([x['model_seconds'] for x in b]):.3f} |"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--games", default="tanh16,digits2,breast")
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--count", type=int, default=3, help="games (explicands) per family")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "out" / "regression_bench.json"
+    )
+    args = parser.parse_args()
+    makers = {
+        "tanh16": lambda: tanh_cases(args.count),
+        "digits2": lambda: digits_cases(args.count, 2),
+        "digits1": lambda: digits_cases(args.count, 1),
+        "breast": lambda: breast_cases(args.count),
+    }
+    results = []
+    t0 = time.perf_counter()
+    for key in args.games.split(","):
+        for case in makers[key]():
+            results.append(run_case(case, args.seeds))
+            print(f"  {case[0]} done at {time.perf_counter() - t0:.0f} s", flush=True)
+    report(results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    prior = json.loads(args.out.read_text()) if args.out.exists() else {}
+    prior.update({r["case"]: r for r in results})
+    args.out.write_text(json.dumps(prior, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""Regression-adjusted Monte Carlo Shapley values: learn the game while sampling it.
+
+Witter, Musco, Musco et al. (2025), "Regression-adjusted Monte Carlo estimators for Shapley
+values and probabilistic values": fit a cheap surrogate g of the value function on the sampled
+coalitions, take g's Shapley values exactly, and add an unbiased Monte Carlo estimate of the
+Shapley values of the residual v - g. Our choices [ours]: the surrogate is a ridge-regularised
+quadratic (every player plus the pairs among the players with the largest linear effects), whose
+Shapley values are closed-form (a_i + sum_j w_ij / 2); the residual term is the unbiased kernel
+estimator (Covert & Lee 2021) on KernelSHAP's coalitions (small sizes enumerated, the rest drawn
+in complement pairs); and the surrogate is cross-fitted (each fold's residual is taken on a
+surrogate fitted without that fold), so the estimate stays unbiased and its standard error is
+an honest sample standard error of i.i.d. terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from itertools import combinations, pairwise
+from math import comb
+
+import numpy as np
+
+from explainers.estimators.base import Estimate, Target
+from explainers.estimators.kernel import Design, Planner, min_coalitions
+from explainers.estimators.rounds import Round, Slicer, caps, drive
+from explainers.games import BudgetError, GameRecorder
+
+FOLDS = 4  # cross-fitting folds of the drawn pairs ...
+MIN_FOLD_PAIRS = 8  # ... fewer when there are fewer than this many pairs per fold (at least 2)
+FEATURES_PER_ROW = 4  # surrogate coefficients per training row (ridge keeps them in check) ...
+MAX_FEATURES = 1024  # ... and at most this many (the estimator's own time stays small)
+RIDGE = 1e-3  # ridge penalty, relative to the mean diagonal of the weighted Gram matrix
+N_JACKKNIFE = 32  # delete-a-group jackknife groups of the drawn pairs
+
+__all__ = ["min_coalitions", "regression", "rounds"]
+
+
+def regression(
+    recorder: GameRecorder,
+    rng: np.random.Generator,
+    sampler: str = "kernel",
+    target: Target | None = None,
+) -> Estimate:
+    """Regression-adjusted Monte Carlo Shapley values, in rounds (rounds.py)."""
+    return drive(rounds(recorder, rng, sampler), recorder, target)
+
+
+def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> Iterator[Round]:
+    """KernelSHAP's coalition plan (kernel.Planner), round by round; each round's estimate
+    refits the surrogates on everything evaluated so far."""
+    n = recorder.n_players
+    planner = Planner(n, sampler, rng)
+    slicer = Slicer(recorder, distinct=True)
+    values: list[np.ndarray] = []
+    for index, cap in enumerate(caps(n), start=1):
+        remaining = recorder.remaining
+        limit = min(cap, 1 << n, planner.size + (1 << n if remaining is None else remaining))
+        if index == 1 and limit < min_coalitions(n):
+            raise BudgetError(
+                f"budget too small for the regression estimator ({min_coalitions(n)} coalitions)"
+            )
+        masks = planner.extend(limit)
+        if masks.shape[0] == 0 and index > 1:
+            return
+        values.append(slicer(masks))
+        design = planner.design()
+        yield Round(
+            partial(_estimate, recorder, design, tuple(values)),
+            samples=design.n_pairs,
+            coalitions=planner.size,
+            index=index,
+            exact=design.exact,
+        )
+        if design.exact:
+            return
+
+
+def _penalty(gram: np.ndarray) -> np.ndarray:
+    """Ridge penalty per coefficient: RIDGE times the mean diagonal; none on the intercept."""
+    diag = np.diag(gram)[1:]
+    reg = np.full(len(gram), RIDGE * max(float(diag.mean()) if len(diag) else 0.0, 1e-300))
+    reg[0] = 0.0
+    return np.diag(reg)
+
+
+def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Ridge coefficients; the penalised Gram matrix is positive definite but for the
+    unpenalised intercept, so a plain solve, with least squares as the fallback."""
+    system = gram + _penalty(gram)
+    try:
+        return np.asarray(np.linalg.solve(system, rhs))
+    except np.linalg.LinAlgError:
+        return np.asarray(np.linalg.lstsq(system, rhs, rcond=None)[0])
+
+
+def _top(score: np.ndarray, order: int, room: int) -> np.ndarray:
+    """Every subset of `order` players among the top-t by score, t as large as `room`
+    allows. [terms, order]"""
+    n = len(score)
+    t = order - 1
+    while t < n and comb(t + 1, order) <= room:
+        t += 1
+    if t < order:
+        return np.zeros((0, order), dtype=np.int64)
+    top = np.sort(np.argsort(-score, kind="stable")[:t])
+    return np.array(list(combinations(top.tolist(), order)), dtype=np.int64).reshape(-1, order)
+
+
+def _terms(z: np.ndarray, y: np.ndarray, rows: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+    """Interaction terms of the surrogate: pairs, then triples, among the players with the
+    largest linear effects, as many as the rows support (at most MAX_FEATURES coefficients);
+    none when not one triple fits (paired KernelSHAP is already exact on pairs)."""
+    n = z.shape[1]
+    x1 = np.concatenate([np.ones((len(rows), 1)), z[rows]], axis=1)
+    xw = x1 * w[:, None]
+    lin = _solve(xw.T @ x1, xw.T @ y[rows])[1:]  # [n, k]
+    scale = np.abs(lin).max(axis=0, keepdims=True)
+    score = (np.abs(lin) / np.where(scale > 0, scale, 1.0)).max(axis=1)
+    room = min(int(len(rows) * FEATURES_PER_ROW), MAX_FEATURES) - 1 - n
+    pairs = _top(score, 2, room if comb(n, 2) <= room // 2 else room // 2)
+    triples = _top(score, 3, room - len(pairs))
+    return [pairs, triples] if len(triples) else []
+
+
+def _design(z: np.ndarray, terms: list[np.ndarray]) -> np.ndarray:
+    """[1, z, the product of each term's players]. [rows, 1 + n + terms]"""
+    products = [z[:, t].prod(axis=2) for t in terms]
+    return np.concatenate([np.ones((len(z), 1)), z, *products], axis=1)
+
+
+def _shapley_of(coef: np.ndarray, n: int, terms: list[np.ndarray]) -> np.ndarray:
+    """Shapley values of the polynomial: each term's coefficient shared by its players. [n, k]"""
+    phi = coef[1 : n + 1].copy()
+    start = n + 1
+    for t in terms:
+        share = coef[start : start + len(t)] / t.shape[1]
+        for c in range(t.shape[1]):
+            np.add.at(phi, t[:, c], share)
+        start += len(t)
+    return np.asarray(phi)
+
+
+def _fold_of(rows: np.ndarray, folds: int) -> np.ndarray:
+    """Fold of each draw, by its pair's store row: a pair drawn twice stays in one fold."""
+    h = (rows.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)
+    return (h % np.uint64(folds)).astype(np.int64)
+
+
+def _estimate(recorder: GameRecorder, plan: Design, values: tuple[np.ndarray, ...]) -> Estimate:
+    table = np.concatenate(values)  # [store rows, k]
+    base, full = table[0], table[1]
+    phi, error = _fit(plan, table - base[None, :], full - base)
+    return Estimate(
+        values=recorder.shape_out(phi),
+        base_value=recorder.shape_out(base),
+        full_value=recorder.shape_out(full),
+        exact=plan.exact,
+        n_evaluations=recorder.n_evaluations,
+        n_coalitions=recorder.n_coalitions,
+        estimator="regression",
+        error_std=None if error is None else recorder.shape_out(error),
+    )
+
+
+def _kernel_fit(
+    z: np.ndarray,
+    y: np.ndarray,
+    total: np.ndarray,
+    enum: np.ndarray,
+    enum_w: np.ndarray,
+    members: np.ndarray,
+    draw_w: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Constrained KernelSHAP regression of y (v(S) - v(empty) per store row) and its
+    delete-a-group jackknife standard error over the drawn pairs. [n, k] each
+
+    Shapley-kernel weights: enumerated coalitions `enum_w`; a drawn pair (its two store rows
+    in `members`) weight / inclusion probability `draw_w`, averaged over the draws.
+    """
+    n, m = z.shape[1], len(members)
+    ones = np.ones(n)
+    ze = z[enum] * enum_w[:, None]
+    a_e, b_e = ze.T @ z[enum], ze.T @ y[enum]
+
+    def solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        inv = np.linalg.pinv(a, hermitian=True)
+        u = inv @ ones
+        nu = (ones @ inv @ b - total) / (ones @ u)
+        return np.asarray(inv @ b - u[:, None] * nu[None, :])
+
+    if m == 0:
+        return solve(a_e, b_e), np.zeros((n, y.shape[1]))
+    zs = z[members]  # [m, 2, n]
+    groups = min(N_JACKKNIFE, m)
+    bounds = np.linspace(0, m, groups + 1).astype(int)
+    a_g = np.stack(
+        [
+            np.einsum("j,jsi,jsl->il", draw_w[lo:hi], zs[lo:hi], zs[lo:hi])
+            for lo, hi in pairwise(bounds)
+        ]
+    )
+    b_g = np.stack(
+        [
+            np.einsum("j,jsi,jsk->ik", draw_w[lo:hi], zs[lo:hi], y[members[lo:hi]])
+            for lo, hi in pairwise(bounds)
+        ]
+    )
+    a_s, b_s = a_g.sum(axis=0), b_g.sum(axis=0)
+    phi = solve(a_e + a_s / m, b_e + b_s / m)
+    if groups < 2:
+        return phi, np.full_like(phi, np.inf)
+    sizes = np.diff(bounds)
+    loo = np.stack(
+        [
+            solve(a_e + (a_s - a_g[g]) / (m - sizes[g]), b_e + (b_s - b_g[g]) / (m - sizes[g]))
+            for g in range(groups)
+        ]
+    )
+    spread = ((loo - loo.mean(axis=0)) ** 2).sum(axis=0) * (groups - 1) / groups
+    return phi, np.sqrt(spread)
+
+
+def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Regression-adjusted KernelSHAP, cross-fitted over the drawn pairs.
+
+    phi = phi(g) + KernelSHAP(v - g): each drawn pair's residual is taken on the surrogate
+    fitted without its fold; the enumerated coalitions (exact sums, no sampling error) use the
+    mean of the fold surrogates, and phi(g) is that mean's. When no surrogate fits, or the
+    adjusted estimate has the larger jackknife error, it is plain KernelSHAP.
+    """
+    n = plan.masks.shape[1]
+    z = plan.masks.astype(np.float64)
+    enum, enum_w = plan.enumerated, plan.enumerated_weights
+    if plan.exact:
+        none = np.zeros((0, 2), dtype=np.int64)
+        return _kernel_fit(z, y, total, enum, enum_w, none, np.zeros(0))[0], None
+    m = plan.n_pairs
+    members = plan.draws.reshape(m, 2)  # store rows of each drawn pair
+    weight = plan.draw_weight[::2]  # [m] kernel weight / inclusion probability
+    plain = _kernel_fit(z, y, total, enum, enum_w, members, weight)
+    folds = min(FOLDS, m // MIN_FOLD_PAIRS)
+    rows_all = np.concatenate([enum, members.ravel()])
+    w_all = np.concatenate([enum_w, np.repeat(weight / m, 2)])
+    # The terms are chosen once on every row (a choice of columns; the coefficients are
+    # cross-fitted), so that the folds share one design and its Gram matrices.
+    terms = _terms(z, y, rows_all, w_all) if folds >= 2 else []
+    if not terms:
+        return plain
+    x = _design(z, terms)  # [store rows, f]
+    fold = _fold_of(members[:, 0], folds)
+    xe = x[enum] * enum_w[:, None]
+    gram_e, rhs_e = xe.T @ x[enum], xe.T @ y[enum]
+    grams, rhss = [], []
+    for f in range(folds):
+        rows = members[fold == f].ravel()
+        xw = x[rows] * np.repeat(weight[fold == f], 2)[:, None]
+        grams.append(xw.T @ x[rows])
+        rhss.append(xw.T @ y[rows])
+    counts = np.bincount(fold, minlength=folds)
+    gram_d, rhs_d = np.sum(grams, axis=0), np.sum(rhss, axis=0)
+    resid = y.copy()
+    coefs = []
+    for f in range(folds):
+        train = m - counts[f]
+        if train == 0 or counts[f] == 0:
+            continue
+        coef = _solve(gram_e + (gram_d - grams[f]) / train, rhs_e + (rhs_d - rhss[f]) / train)
+        coefs.append(coef)
+        rows = members[fold == f].ravel()
+        resid[rows] = y[rows] - x[rows] @ coef
+    mean = np.mean(coefs, axis=0)
+    drawn = np.zeros(len(y), dtype=bool)
+    drawn[members.ravel()] = True
+    resid[~drawn] = y[~drawn] - x[~drawn] @ mean
+    resid = resid - resid[0]
+    phi_r, error = _kernel_fit(z, resid, resid[1], enum, enum_w, members, weight)
+    if np.sum(error**2) >= np.sum(plain[1] ** 2):
+        return plain
+    return _shapley_of(mean, n, terms) + phi_r, error
