@@ -39,10 +39,10 @@ class Settings(BaseSettings):
     cache_max_entries: int = 2048
     cache_timeout_s: float = 0.5
     cache_local_entries: int = Field(
-        1024,
+        0,
         ge=0,
-        description="recent Redis hits each API process keeps in memory (answers never change "
-        "for a key); 0: every hit asks Redis",
+        description="recent Redis hits each API process keeps in memory and answers from, also "
+        "while Redis is down (answers never change for a key); 0: every hit asks Redis",
     )
     cache_local_ttl_s: float = Field(
         60.0, gt=0, description="how long a process serves a Redis hit from its own memory"

@@ -2,9 +2,10 @@
 
 Starts three servers on free loopback ports, one uvicorn process each:
 * ours: `python -m app` (WEB_CONCURRENCY=1, REDIS_URL to the local Redis, a private db number,
-  access logs on at info level, written to a file as in production), with its defaults: recent
-  Redis hits are answered from the process's memory (CACHE_LOCAL_ENTRIES);
-* ours-redis: the same with CACHE_LOCAL_ENTRIES=0: every hit is a Redis round trip;
+  access logs on at info level, written to a file as in production), with its defaults: every
+  hit is a Redis round trip;
+* ours-local: the same with CACHE_LOCAL_ENTRIES=1024: recent Redis hits are answered from the
+  process's memory;
 * minimal: a FastAPI app with the same route whose handler takes the JSON body as a dict and
   returns the same ~1 KB answer (the cached README example's body) as a JSONResponse.
 
@@ -135,19 +136,17 @@ def main() -> None:
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
     procs: list[subprocess.Popen[bytes]] = []
-    peers = ("ours", "ours-redis", "minimal")
+    peers = ("ours", "ours-local", "minimal")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             ports = {name: free_port() for name in peers}
             base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-            # ours: recent Redis hits served from the process (the default); ours-redis:
-            # CACHE_LOCAL_ENTRIES=0, every hit is a Redis round trip.
-            for name, entries in (("ours", 1024), ("ours-redis", 0)):
+            for name, entries in (("ours", 0), ("ours-local", 1024)):
                 procs.append(start_ours(ports[name], tmp, args.redis_db, entries))
                 wait_ready(procs[-1], f"{base[name]}/v2/health/ready")
             first = httpx.post(base["ours"] + PATH, json=README_BODY, timeout=60)
             first.raise_for_status()
-            for name in ("ours", "ours-redis"):
+            for name in ("ours", "ours-local"):
                 hit = httpx.post(base[name] + PATH, json=README_BODY, timeout=60)
                 assert hit.headers["x-cache"] == "HIT", (name, hit.headers)
             answer = hit.json()
@@ -187,7 +186,7 @@ def main() -> None:
                     | {"non_2xx": sum(m["non_2xx"] for m in ms)}
                     for name, ms in rounds.items()
                 }
-                for name in ("ours", "ours-redis"):  # median of the rounds' ratios
+                for name in ("ours", "ours-local"):  # median of the rounds' ratios
                     results[str(conns)][f"ratio_{name}"] = round(
                         statistics.median(
                             a["rps"] / b["rps"]
@@ -195,10 +194,10 @@ def main() -> None:
                         ),
                         3,
                     )
-            metrics = {n: httpx.get(base[n] + "/metrics").text for n in ("ours", "ours-redis")}
+            metrics = {n: httpx.get(base[n] + "/metrics").text for n in ("ours", "ours-local")}
             lines = {
                 n: sum(1 for _ in open(f"{tmp}/access-{ports[n]}.log", "rb"))  # noqa: SIM115
-                for n in ("ours", "ours-redis")
+                for n in ("ours", "ours-local")
             }
         finally:
             for p in procs:
@@ -216,7 +215,7 @@ def main() -> None:
                 f"| {setting} | {name} | {m['rps']:.0f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} "
                 f"| {ratio:.2f} |"
             )
-    for name in ("ours", "ours-redis"):
+    for name in ("ours", "ours-local"):
         hits = re.search(r'explain_cache_requests_total\{result="hit"\} (\S+)', metrics[name])
         print(
             f"{name}: cache hits counted by /metrics {hits.group(1) if hits else '?'}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -11,10 +12,11 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from app.cache import CacheUnavailable
 from app.errors import ApiError
 from app.jobs.store import FINISHED, Job, JobStore
 from app.schemas import request_model
-from app.service import ExplainService
+from app.service import ExplainService, Prepared
 from explainers.games import Cancelled, stop_when
 from explainers.registry import get_explainer
 
@@ -36,7 +38,8 @@ def run_chunk(ctx: JobContext, job_id: str, chunk: int) -> None:
         return
     ctx.store.mark_running(job_id)
     indices = job.chunk(chunk)
-    todo = [i for i in indices if i not in ctx.store.stored_indices(job_id, indices)]
+    stored = ctx.store.stored_indices(job_id, indices)  # one query, not one per instance
+    todo = [i for i in indices if i not in stored]
     try:
         # A cancel reaches the explainers at their next model call (sampling: the next round).
         with stop_when(CancelWatch(ctx, job_id)):
@@ -76,16 +79,31 @@ class CancelWatch:
         return self.cancelled
 
 
+def _audit_result(out: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "explanation": out["data"]["explanations"][0],
+        "feature_names": out["data"]["feature_names"],
+        "cache": out["meta"]["cache"],
+    }
+    if "background_audit" in out["meta"]:
+        result["background_audit"] = out["meta"]["background_audit"]
+    return result
+
+
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
-    """Explain each instance as a one-instance request, through the shared cache."""
+    """Explain each instance as a one-instance request, through the shared cache.
+
+    The chunk's instances are looked up in one round trip (MGET); results are written every
+    WRITE_EVERY computed instances and at the end, hits and errors with them: a cached re-run
+    costs one look-up and one write per chunk.
+    """
     req = job.request
     spec = get_explainer(req["explainer"])
     body_model = request_model(spec)
+    svc = ctx.service
     pending: dict[int, dict[str, Any]] = {}
-    watch = CancelWatch(ctx, job.id)
-    for count, i in enumerate(todo, start=1):
-        if watch():  # the remaining instances don't run
-            return
+    prepared: dict[int, Prepared] = {}
+    for i in todo:
         try:
             instance = req["inputs"][i]
             body = (
@@ -93,21 +111,44 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
                 if spec.uses_inputs
                 else body_model(**{**req["fields"], **instance})
             )
-            out = ctx.service.explain(job.model, req["explainer"], body, use_cache=True).body
-            result: dict[str, Any] = {
-                "explanation": out["data"]["explanations"][0],
-                "feature_names": out["data"]["feature_names"],
-                "cache": out["meta"]["cache"],
-            }
-            if "background_audit" in out["meta"]:
-                result["background_audit"] = out["meta"]["background_audit"]
+            p = svc.prepare(job.model, req["explainer"], body, use_cache=True, lookup=False)
+            if isinstance(p, Prepared):
+                prepared[i] = p
+            else:  # lookup=False never answers; kept for the type
+                pending[i] = _audit_result(p.body)
+        except ApiError as exc:
+            pending[i] = {"error": exc.message, "code": exc.code}
+        except ValidationError as exc:
+            pending[i] = {"error": f"invalid instance: {exc.errors()[0]['msg']}", "code": "invalid"}
+    try:
+        blobs = svc.cache.get_many([p.key for p in prepared.values()])
+    except CacheUnavailable:
+        blobs = [None] * len(prepared)
+        for p in prepared.values():
+            p.status = "bypass"
+    for i, blob in zip(list(prepared), blobs, strict=True):
+        if blob is not None:
+            out = json.loads(blob)
+            out["meta"]["cache"] = "hit"
+            pending[i] = _audit_result(out)
+            del prepared[i]
+    hits = sum(b is not None for b in blobs)
+    if hits:
+        svc.metrics.cache.labels("hit").inc(hits)
+    if prepared:
+        svc.metrics.cache.labels(next(iter(prepared.values())).status).inc(len(prepared))
+    watch = CancelWatch(ctx, job.id)
+    for count, (i, p) in enumerate(prepared.items(), start=1):
+        if watch():  # the remaining instances don't run
+            return
+        if p.req.timeout_ms is not None:  # each instance's time limit starts when it runs
+            p.deadline = time.monotonic() + p.req.timeout_ms / 1000
+        try:
+            pending[i] = _audit_result(svc.compute(p).body)
         except ApiError as exc:
             if isinstance(exc.__cause__, Cancelled):
                 raise exc.__cause__ from None
-            result = {"error": exc.message, "code": exc.code}
-        except ValidationError as exc:
-            result = {"error": f"invalid instance: {exc.errors()[0]['msg']}", "code": "invalid"}
-        pending[i] = result
+            pending[i] = {"error": exc.message, "code": exc.code}
         if count % WRITE_EVERY == 0:
             if watch(fresh=True):  # nothing is stored after a cancel
                 return

@@ -116,7 +116,12 @@ def test_repeated_bodies_hit_with_their_own_ids(
 def test_local_hits_answer_while_redis_is_down(
     redis_server: RedisServer, registry: ModelRegistry, model_dir: Path
 ) -> None:
-    settings = Settings(model_dir=model_dir, redis_url=redis_server.url, cache_timeout_s=0.3)
+    settings = Settings(
+        model_dir=model_dir,
+        redis_url=redis_server.url,
+        cache_timeout_s=0.3,
+        cache_local_entries=16,
+    )
     with TestClient(create_app(settings, registry)) as client:
         assert client.post(URL, json=BODY).json()["meta"]["cache"] == "miss"
         assert client.post(URL, json=BODY).json()["meta"]["cache"] == "hit"  # from Redis
