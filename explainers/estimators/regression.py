@@ -30,7 +30,9 @@ FOLDS = 4  # cross-fitting folds of the drawn pairs ...
 MIN_FOLD_PAIRS = 8  # ... fewer when there are fewer than this many pairs per fold (at least 2)
 FEATURES_PER_ROW = 4  # surrogate coefficients per training row (ridge keeps them in check) ...
 MAX_FEATURES = 1024  # ... and at most this many (the estimator's own time stays small)
-RIDGE = 1e-3  # ridge penalty, relative to the mean diagonal of the weighted Gram matrix
+RIDGE = 1e-3  # ridge penalty, relative to the mean diagonal of the weighted Gram matrix ...
+RIDGES = (1e-4, 1e-3, 1e-2)  # ... of the linear fit; the surrogate's is the one of these with
+# the smallest cross-fitted (held-out) residual
 N_JACKKNIFE = 32  # delete-a-group jackknife groups of the drawn pairs
 
 __all__ = ["min_coalitions", "regression", "rounds"]
@@ -76,18 +78,18 @@ def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> It
             return
 
 
-def _penalty(gram: np.ndarray) -> np.ndarray:
-    """Ridge penalty per coefficient: RIDGE times the mean diagonal; none on the intercept."""
+def _penalty(gram: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
+    """Ridge penalty per coefficient: `ridge` times the mean diagonal; none on the intercept."""
     diag = np.diag(gram)[1:]
-    reg = np.full(len(gram), RIDGE * max(float(diag.mean()) if len(diag) else 0.0, 1e-300))
+    reg = np.full(len(gram), ridge * max(float(diag.mean()) if len(diag) else 0.0, 1e-300))
     reg[0] = 0.0
     return np.diag(reg)
 
 
-def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def _solve(gram: np.ndarray, rhs: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
     """Ridge coefficients; the penalised Gram matrix is positive definite but for the
     unpenalised intercept, so a plain solve, with least squares as the fallback."""
-    system = gram + _penalty(gram)
+    system = gram + _penalty(gram, ridge)
     try:
         return np.asarray(np.linalg.solve(system, rhs))
     except np.linalg.LinAlgError:
@@ -259,16 +261,25 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
         rhss.append(xw.T @ y[rows])
     counts = np.bincount(fold, minlength=folds)
     gram_d, rhs_d = np.sum(grams, axis=0), np.sum(rhss, axis=0)
-    resid = y.copy()
-    coefs = []
-    for f in range(folds):
-        train = m - counts[f]
-        if train == 0 or counts[f] == 0:
-            continue
-        coef = _solve(gram_e + (gram_d - grams[f]) / train, rhs_e + (rhs_d - rhss[f]) / train)
-        coefs.append(coef)
-        rows = members[fold == f].ravel()
-        resid[rows] = y[rows] - x[rows] @ coef
+    best: tuple[float, np.ndarray, list[np.ndarray]] | None = None
+    for ridge in RIDGES:
+        resid = y.copy()
+        coefs = []
+        for f in range(folds):
+            train = m - counts[f]
+            if train == 0 or counts[f] == 0:
+                continue
+            gram = gram_e + (gram_d - grams[f]) / train
+            coef = _solve(gram, rhs_e + (rhs_d - rhss[f]) / train, ridge)
+            coefs.append(coef)
+            rows = members[fold == f].ravel()
+            resid[rows] = y[rows] - x[rows] @ coef
+        rows = members.ravel()
+        loss = float(np.sum(np.repeat(weight, 2)[:, None] * resid[rows] ** 2))
+        if best is None or loss < best[0]:
+            best = (loss, resid, coefs)
+    assert best is not None  # RIDGES is not empty
+    _, resid, coefs = best
     mean = np.mean(coefs, axis=0)
     drawn = np.zeros(len(y), dtype=bool)
     drawn[members.ravel()] = True
