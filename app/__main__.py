@@ -1,14 +1,53 @@
-"""python -m app --host 127.0.0.1 --port 8000: run the service (settings from the environment)."""
+"""python -m app --host 127.0.0.1 --port 8000: run the service (settings from the environment).
+
+WEB_CONCURRENCY API processes (uvicorn workers) share one listening socket. Unset, it is the
+number of cores when REDIS_URL is set (the cache, jobs, registered models and rate limits are
+then shared through Redis and the database) and 1 in embedded mode, where the cache, the job
+queue and the rate-limit counters live in the process: more processes are refused there.
+With several processes, each computes on max(1, cores // processes) explanation threads
+unless EXPLAIN_WORKERS says otherwise (TORCH_THREADS stays 1): processes x threads <= cores;
+Prometheus metrics are summed over the processes (prometheus_client's multiprocess mode, in a
+fresh PROMETHEUS_MULTIPROC_DIR unless one is given).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
+from typing import Any
 
 import uvicorn
 
 from app.logging import configure as configure_logging
-from app.main import create_app
-from app.settings import Settings
+
+LOG_ENV = ("ATTRIBUTION_LOG_LEVEL", "ATTRIBUTION_LOG_FORMAT")  # handed to worker processes
+SUPERVISOR_ENV = "ATTRIBUTION_SUPERVISOR"  # the pid that started the workers
+
+
+def processes(environ: dict[str, str] | os._Environ[str], cores: int) -> int:
+    """How many API processes to run; raises SystemExit for an unsafe request."""
+    raw = environ.get("WEB_CONCURRENCY", "").strip()
+    shared = bool(environ.get("REDIS_URL"))
+    if not raw:
+        return cores if shared else 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"WEB_CONCURRENCY must be a positive integer, not {raw!r}")
+    if int(raw) > 1 and not shared:
+        raise SystemExit(
+            f"WEB_CONCURRENCY={raw} needs REDIS_URL: in embedded mode the cache, the job queue "
+            "and the rate limits live in one process"
+        )
+    return int(raw)
+
+
+def worker_app() -> Any:
+    """The app of one worker process (uvicorn --factory): logging as the parent asked."""
+    from app.main import create_app
+    from app.settings import Settings
+
+    configure_logging(os.environ.get(LOG_ENV[0], "info"), os.environ.get(LOG_ENV[1], "json"))
+    return create_app(Settings())
 
 
 def main() -> None:
@@ -19,12 +58,30 @@ def main() -> None:
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     args = parser.parse_args()
     configure_logging(args.log_level, args.log_format)
+    cores = os.cpu_count() or 1
+    workers = processes(os.environ, cores)
+    if workers == 1:
+        uvicorn.run(
+            worker_app(),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            log_config=None,  # keep our handlers (JSON lines with request ids)
+        )
+        return
+    # Workers are spawned (fresh interpreters): what they need goes through the environment.
+    os.environ.setdefault("EXPLAIN_WORKERS", str(max(1, cores // workers)))
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="attr-metrics-"))
+    os.environ[LOG_ENV[0]], os.environ[LOG_ENV[1]] = args.log_level, args.log_format
+    os.environ[SUPERVISOR_ENV] = str(os.getpid())
     uvicorn.run(
-        create_app(Settings()),
+        "app.__main__:worker_app",
+        factory=True,
+        workers=workers,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        log_config=None,  # keep our handlers (JSON lines with request ids)
+        log_config=None,
     )
 
 

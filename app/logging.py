@@ -43,9 +43,9 @@ def json_formatter() -> logging.Formatter:
     from pythonjsonlogger.json import JsonFormatter
 
     return JsonFormatter(
-        "{asctime}{levelname}{name}{message}{request_id}",
+        "{asctime}{levelname}{name}{message}{request_id}{process}",  # pid: several API processes
         style="{",
-        rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+        rename_fields={"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
         datefmt="%Y-%m-%dT%H:%M:%S%z",
     )
 
@@ -58,7 +58,9 @@ def configure(level: str = "info", fmt: str = "json") -> None:
         handler.setFormatter(json_formatter())
     else:
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
+            logging.Formatter(
+                "%(asctime)s %(levelname)s %(name)s %(process)d [%(request_id)s] %(message)s"
+            )
         )
     root = logging.getLogger()
     root.handlers[:] = [handler]

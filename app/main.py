@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -104,6 +107,29 @@ def resume(jobs: JobStore, queue: Queue) -> None:
             queue.submit(job.id, index)
 
 
+_RESUME_LOCKS: list[Any] = []  # held for the life of the process
+
+
+def resumes_here() -> bool:
+    """Whether this process resumes unfinished in-process jobs: of the API processes one
+    `python -m app` started (ATTRIBUTION_SUPERVISOR), only the first to lock a file does, so
+    that no job runs twice at once."""
+    supervisor = os.environ.get("ATTRIBUTION_SUPERVISOR")
+    if not supervisor:
+        return True
+    import fcntl
+
+    lock = Path(tempfile.gettempdir()) / f"attribution-resume-{supervisor}.lock"
+    handle = lock.open("a")  # kept open: the lock lasts as long as the process
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return False
+    _RESUME_LOCKS.append(handle)
+    return True
+
+
 def create_app(settings: Settings | None = None, registry: ModelRegistry | None = None) -> FastAPI:
     """Build the service; nothing heavy happens until the app starts."""
     settings = settings or Settings()
@@ -125,7 +151,8 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         # Objects made at start (modules, apps, torch) leave the collector's generations: with
         # them a full collection walks ~370k objects (0.1-0.25 s, a p99 spike under load).
         gc.freeze()
-        if queue.backend == "inprocess":  # nobody else will finish what a restart interrupted
+        # Nobody else finishes what a restart interrupted; of several API processes one does.
+        if queue.backend == "inprocess" and resumes_here():
             threading.Thread(target=resume, args=(jobs, queue), daemon=True).start()
         yield
         queue.close()

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -49,7 +49,10 @@ class Metrics:
             registry=self.registry,
         )
         self.cache_up = Gauge(
-            "explain_cache_up", "1 when the cache backend answers", registry=self.registry
+            "explain_cache_up",
+            "1 when the cache backend answers",
+            registry=self.registry,
+            multiprocess_mode="mostrecent",  # several API processes: the latest reading
         )
         self.http_requests = Counter(
             "http_requests_total",
@@ -67,7 +70,22 @@ class Metrics:
 
     def watch_jobs(self, queue: Any, jobs: Any, redis_url: str | None) -> None:
         """Queue depth, unfinished jobs and worker heartbeats, read when /metrics is scraped."""
-        self.registry.register(JobCollector(queue, jobs, redis_url))
+        self.jobs_collector = JobCollector(queue, jobs, redis_url)
+        self.registry.register(self.jobs_collector)
+
+    def exposition(self) -> bytes:
+        """The text format of /metrics; with several API processes (PROMETHEUS_MULTIPROC_DIR,
+        set by `python -m app`) the counters and histograms summed over all of them."""
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            return generate_latest(self.registry)
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        collector = getattr(self, "jobs_collector", None)
+        if collector is not None:
+            registry.register(collector)
+        return generate_latest(registry)
 
 
 class JobCollector(Collector):

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.cache import CacheUnavailable, hit_answer
 from app.errors import (
@@ -355,9 +355,7 @@ def add_explain_routes(app: FastAPI) -> None:
 
 @router.get("/metrics", tags=["health"], response_class=Response)
 async def metrics(request: Request) -> Response:
-    return Response(
-        generate_latest(service(request).metrics.registry), media_type=CONTENT_TYPE_LATEST
-    )
+    return Response(service(request).metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 __all__ = ["ExplainRequestBase", "add_explain_routes", "router"]

@@ -1,0 +1,169 @@
+"""Several API processes under one `python -m app` (WEB_CONCURRENCY=2): an answer computed by
+one process is a cache hit on the other (through Redis), a model registered through one is
+explained by the other (through the database), metrics are summed over both; and the rules
+for how many processes run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from app.__main__ import processes
+from tests.app.test_jobs_celery import postgres_url  # noqa: F401 (a fixture)
+from tests.app.test_repository import form, scripted
+from tests.conftest import ROOT, RedisServer, free_port
+
+pytestmark = pytest.mark.slow
+
+ROW = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
+EXPLAIN = "/v2/models/diabetes-mlp/explain/shapley"
+
+
+def test_how_many_processes() -> None:
+    assert processes({"REDIS_URL": "redis://x"}, cores=8) == 8  # shared state: one per core
+    assert processes({}, cores=8) == 1  # embedded: the cache and job queue live in-process
+    assert processes({"REDIS_URL": "redis://x", "WEB_CONCURRENCY": "3"}, cores=8) == 3
+    assert processes({"WEB_CONCURRENCY": "1"}, cores=8) == 1
+    with pytest.raises(SystemExit, match="needs REDIS_URL"):
+        processes({"WEB_CONCURRENCY": "2"}, cores=8)
+    with pytest.raises(SystemExit, match="positive integer"):
+        processes({"REDIS_URL": "redis://x", "WEB_CONCURRENCY": "0"}, cores=8)
+
+
+def test_one_of_sibling_processes_resumes_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.main import resumes_here
+
+    monkeypatch.delenv("ATTRIBUTION_SUPERVISOR", raising=False)
+    assert resumes_here() and resumes_here()  # a lone process always resumes
+    monkeypatch.setenv("ATTRIBUTION_SUPERVISOR", f"test-{os.getpid()}-{time.time_ns()}")
+    assert resumes_here()  # the first takes the lock
+    assert not resumes_here()  # a sibling (another open file: flock refuses it) does not
+
+
+class Server:
+    def __init__(self, url: str, log: Path) -> None:
+        self.url = url
+        self.log = log
+
+    def records(self) -> list[dict[str, Any]]:
+        lines = self.log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def served_by(self, request_id: str, timeout_s: float = 10) -> int:
+        """The pid whose access line names `request_id` (written just after the answer)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for r in self.records():
+                if r.get("logger") == "app.access" and r.get("request_id") == request_id:
+                    return int(r["pid"])
+            assert time.monotonic() < deadline, f"no access line for {request_id}"
+            time.sleep(0.05)
+
+    def post(self, path: str, request_id: str, **kwargs: Any) -> tuple[httpx.Response, int]:
+        """On a new connection each time, so that either process may accept it."""
+        headers = {"X-Request-ID": request_id}
+        r = httpx.post(self.url + path, headers=headers, timeout=60, **kwargs)
+        return r, self.served_by(request_id)
+
+
+@pytest.fixture()
+def server(
+    redis_server: RedisServer,
+    postgres_url: str,  # noqa: F811 (the fixture imported above)
+    model_dir: Path,
+    tmp_path: Path,
+) -> Iterator[Server]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "WEB_CONCURRENCY": "2",
+        "REDIS_URL": redis_server.url,
+        "DATABASE_URL": postgres_url,
+        "MODEL_DIR": str(model_dir),
+        "USER_MODEL_DIR": str(tmp_path / "user-models"),
+        "JOB_QUEUE": "inprocess",
+        "LOAD_BACKGROUND_MODELS": "false",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "--port", str(port), "--log-level", "info"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.3)
+            yield Server(url, log)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def until_other(server: Server, first_pid: int, attempt: Any, tries: int = 200) -> Any:
+    """attempt(i) -> (response, pid) until a process other than `first_pid` answered."""
+    for i in range(tries):
+        r, pid = attempt(i)
+        if pid != first_pid:
+            return r, pid
+    pytest.fail(f"every request went to process {first_pid}")
+
+
+def test_two_processes_share_hits_models_and_metrics(server: Server) -> None:
+    body = {"inputs": [ROW], "seed": 11}
+    first, pid = server.post(EXPLAIN, "computed", json=body)
+    assert first.json()["meta"]["cache"] == "miss"
+    hit, other = until_other(server, pid, lambda i: server.post(EXPLAIN, f"again-{i}", json=body))
+    assert hit.json()["meta"]["cache"] == "hit" and hit.json()["id"].startswith("again-")
+    assert hit.json()["data"] == first.json()["data"]
+
+    # a model registered through one process is explained by the other
+    background = np.array([[0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 0.0, 1.0]])
+    csv = "a,b,c,d\n" + "\n".join(",".join(str(v) for v in row) for row in background) + "\n"
+    registered, reg_pid = server.post(
+        "/v2/repository/models",
+        "register",
+        data=form(),
+        files={"file": ("m.pt", scripted([1.0, -2.0, 0.5, 3.0])), "background": ("b.csv", csv)},
+    )
+    assert registered.status_code == 201, registered.text
+    path = "/v2/models/linear-user/explain/shapley"
+    answer, _ = until_other(
+        server, reg_pid, lambda i: server.post(path, f"user-{i}", json={"inputs": [[1, 2, 3, 4]]})
+    )
+    assert answer.status_code == 200, answer.text
+    values = answer.json()["data"]["explanations"][0]["values"]
+    expected = np.array([1.0, -2.0, 0.5, 3.0]) * (np.array([1, 2, 3, 4]) - background.mean(0))
+    np.testing.assert_allclose(values, expected, atol=1e-5)
+
+    # /metrics sums both processes: every explain request either of them served is counted
+    access = [r for r in server.records() if r.get("logger") == "app.access"]
+    assert {r["pid"] for r in access} == {pid, other} | {reg_pid}
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    lookups = sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("explain_cache_requests_total{")
+    )
+    assert lookups == sum("/explain/" in r["route"] for r in access)
