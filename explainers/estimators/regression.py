@@ -1,15 +1,17 @@
 """Regression-adjusted Monte Carlo Shapley values: learn the game while sampling it.
 
-Witter, Musco, Musco et al. (2025), "Regression-adjusted Monte Carlo estimators for Shapley
-values and probabilistic values": fit a cheap surrogate g of the value function on the sampled
-coalitions, take g's Shapley values exactly, and add an unbiased Monte Carlo estimate of the
-Shapley values of the residual v - g. Our choices [ours]: the surrogate is a ridge-regularised
-quadratic (every player plus the pairs among the players with the largest linear effects), whose
-Shapley values are closed-form (a_i + sum_j w_ij / 2); the residual term is the unbiased kernel
-estimator (Covert & Lee 2021) on KernelSHAP's coalitions (small sizes enumerated, the rest drawn
-in complement pairs); and the surrogate is cross-fitted (each fold's residual is taken on a
-surrogate fitted without that fold), so the estimate stays unbiased and its standard error is
-an honest sample standard error of i.i.d. terms.
+Witter et al. (2025), "Regression-adjusted Monte Carlo estimators for Shapley values and
+probabilistic values": fit a cheap surrogate g of the value function on the sampled coalitions,
+take g's Shapley values exactly, and add a Monte Carlo estimate of the Shapley values of the
+residual v - g. Our construction [ours]: KernelSHAP's coalitions (kernel.Planner: small sizes
+enumerated, the rest drawn in complement pairs); a ridge-regularised cubic surrogate on the
+coalition indicators (players, pairs and triples among the players with the largest linear
+effects: paired KernelSHAP is already exact on games of order <= 2, so the triples are what
+helps), whose Shapley values are closed-form (each term shared equally by its players); the
+residual term is constrained KernelSHAP on the residual, cross-fitted (each drawn pair's residual
+is taken on the surrogate fitted without its fold), with the delete-a-group jackknife standard
+error. Plain KernelSHAP on the same coalitions when no triple fits or the adjustment does not
+lower the jackknife error.
 """
 
 from __future__ import annotations
