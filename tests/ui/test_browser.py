@@ -280,10 +280,10 @@ def test_job_view(inprocess_server: str, page: Page) -> None:
     row = page.page.locator(f"tr[data-job='{job['id']}'][data-status=succeeded]")
     row.wait_for(timeout=60_000)
     row.click()
-    page.page.wait_for_selector("#job-view[data-state=done]", timeout=20_000)
+    page.page.wait_for_selector("#job-view[data-state=done]", timeout=60_000)
     page.page.wait_for_function(
         "document.querySelectorAll('#job-view img[data-loaded=true]').length === 3",
-        timeout=30_000,
+        timeout=90_000,  # three matplotlib plots: slow when the machine is busy
     )
     view = page.page.locator("#job-view")
     assert "30 instances" in view.inner_text()
@@ -296,7 +296,8 @@ def test_job_view(inprocess_server: str, page: Page) -> None:
     assert path is not None and Path(path).read_text().count("\n") == 31  # header + 30
     page.page.select_option("#dependence-feature", "s5")
     page.page.wait_for_function(
-        "document.querySelectorAll('#job-view img[data-loaded=true]').length === 3"
+        "document.querySelectorAll('#job-view img[data-loaded=true]').length === 3",
+        timeout=90_000,
     )
     assert page.page.get_attribute("#job-view img[alt='dependence plot']", "data-loaded") == "true"
     page.page.locator("#jobs-box").screenshot(path=str(ARTIFACTS / "job-view.png"))
