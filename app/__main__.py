@@ -13,11 +13,14 @@ fresh PROMETHEUS_MULTIPROC_DIR unless one is given).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import socket
 import tempfile
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from app.logging import configure as configure_logging
 
@@ -39,6 +42,19 @@ def processes(environ: dict[str, str] | os._Environ[str], cores: int) -> int:
             "and the rate limits live in one process"
         )
     return int(raw)
+
+
+class NoDelayHTTP(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+    """uvicorn's HTTP protocol with TCP_NODELAY on every connection. A worker gets the shared
+    listening socket back from its parent with proto 0, so asyncio does not set it on accepted
+    connections itself; without it an answer's second write waits for the delayed ACK: 44 ms
+    per request (measured: 22 requests/s on one connection)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
 
 
 def worker_app() -> Any:
@@ -67,6 +83,7 @@ def main() -> None:
             port=args.port,
             log_level=args.log_level,
             log_config=None,  # keep our handlers (JSON lines with request ids)
+            http=NoDelayHTTP,
         )
         return
     # Workers are spawned (fresh interpreters): what they need goes through the environment.
@@ -78,6 +95,7 @@ def main() -> None:
         "app.__main__:worker_app",
         factory=True,
         workers=workers,
+        http="app.__main__:NoDelayHTTP",
         host=args.host,
         port=args.port,
         log_level=args.log_level,

@@ -13,6 +13,14 @@ Request classes (picked at random per request, seeded):
 * uncached-exact: diabetes-mlp with a new seed per request (exact: 2^10 coalitions x 100
   background rows), a cache miss.
 
+`--wrk`: instead, wrk (Debian's wrk, a C load generator that does not saturate first) drives
+`python -m app` at WEB_CONCURRENCY 1 and 2 (`--processes`) with three mixes at `--concurrency`
+connections: cached (the primed set), mixed (`--cached-share` cached, the rest new-seed
+diabetes exact Shapley, cache misses) and uncached (misses only); it prints requests/s and
+p50/p99 per mix and process count, and writes `<out>/load_bench_wrk.json`.
+
+    .venv/bin/python bench/load_bench.py --wrk [--processes 1,2] [--duration 10]
+
 Reports total requests, errors (non-200 or transport errors, with the request that caused
 them), p50/p99 latency per class and throughput; writes everything to
 `<out>/load_bench.json` (`--name`).
@@ -139,7 +147,9 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"redis://127.0.0.1:{port}/0"
 
 
-def start_server(redis_url: str, db_dir: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    redis_url: str, db_dir: str, processes: int | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MODEL_DIR"}
     # The mix uses tabular models only: don't let the language models load during the run.
@@ -148,6 +158,8 @@ def start_server(redis_url: str, db_dir: str) -> tuple[subprocess.Popen[bytes], 
         DATABASE_URL=f"sqlite:///{db_dir}/jobs.db",
         LOAD_BACKGROUND_MODELS="false",
     )
+    if processes is not None:
+        env["WEB_CONCURRENCY"] = str(processes)
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port),
          "--log-level", "warning"],
@@ -257,6 +269,88 @@ async def drive(base: str, concurrency: int, duration: float, mix: dict[str, flo
     }
 
 
+WRK_LUA = """
+local cached = {%s}
+local share = %f
+local headers = {["Content-Type"] = "application/json"}
+math.randomseed(os.time())
+request = function()
+  if math.random() < share then
+    return wrk.format("POST", "%s", headers, cached[math.random(#cached)])
+  end
+  local row = "[50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]"
+  local body = '{"inputs": [' .. row .. '], "seed": ' .. math.random(1, 2000000000) .. '}'
+  return wrk.format("POST", "%s", headers, body)
+end
+"""
+
+
+def wrk_run(base: str, lua: str, connections: int, duration: float) -> dict[str, float]:
+    import re
+
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(lua)
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{round(duration)}s", "--latency", "-s", f.name,
+         "--timeout", "30s", base],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    os.unlink(f.name)
+
+    def ms(pattern: str) -> float:
+        found = re.search(r"^\s+" + pattern + r"\s+([\d.]+)(us|ms|s|m)\b", out, re.M)
+        if found is None:
+            return float("nan")
+        return float(found.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[found.group(2)]
+
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return {
+        "rps": float(rps.group(1)) if rps else float("nan"),
+        "p50_ms": ms("50%"),
+        "p99_ms": ms("99%"),
+        "non_2xx": float(non2xx.group(1)) if non2xx else 0.0,
+    }
+
+
+def main_wrk(args: argparse.Namespace) -> None:
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install wrk")
+    bodies = ", ".join(json.dumps(json.dumps(b)) for b in cached_bodies())
+    path = EXPLAIN.format("diabetes-mlp")
+    mixes = {"cached": 1.0, "mixed": args.cached_share, "uncached": 0.0}
+    results: dict[str, Any] = {}
+    redis_proc, redis_url = start_redis()
+    try:
+        for n in [int(p) for p in args.processes.split(",")]:
+            with tempfile.TemporaryDirectory() as db_dir:
+                server, base = start_server(redis_url, db_dir, n)
+                try:
+                    for body in cached_bodies():  # prime the cached set
+                        httpx.post(base + path, json=body, timeout=60).raise_for_status()
+                    for name, share in mixes.items():
+                        lua = WRK_LUA % (bodies, share, path, path)
+                        m = wrk_run(base, lua, args.concurrency, args.duration)
+                        results[f"{n}:{name}"] = m
+                        print(f"processes {n}, {name}: {m} load {os.getloadavg()}", flush=True)
+                finally:
+                    server.terminate()
+                    server.wait(timeout=30)
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(timeout=10)
+    print("\n| mix | processes | requests/s | p50 ms | p99 ms | non-2xx |")
+    print("|---|---|---|---|---|---|")
+    for key, m in results.items():
+        count, name = key.split(":")
+        print(
+            f"| {name} | {count} | {m['rps']:.0f} | {m['p50_ms']:.1f} | {m['p99_ms']:.1f} "
+            f"| {m['non_2xx']:.0f} |"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "load_bench_wrk.json").write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=32)
@@ -264,7 +358,12 @@ def main() -> None:
     parser.add_argument("--cached-share", type=float, default=0.8)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     parser.add_argument("--name", default="load_bench", help="result file: <out>/<name>.json")
+    parser.add_argument("--wrk", action="store_true", help="drive with wrk (see above)")
+    parser.add_argument("--processes", default="1,2", help="WEB_CONCURRENCY values for --wrk")
     args = parser.parse_args()
+    if args.wrk:
+        main_wrk(args)
+        return
     rest = round((1.0 - args.cached_share) / 2, 4)
     mix = {"cached": args.cached_share, "uncached-kernel": rest, "uncached-exact": rest}
 
