@@ -53,9 +53,13 @@ def audit(results: list[dict[str, Any]], title: str) -> Audit:
     data: np.ndarray | None
     try:
         data = np.array(
-            [np.ravel(np.asarray(r["explanation"]["data"], dtype=float)) for r in same]
+            [
+                np.ravel(np.asarray([raw[k] for k in names] if isinstance(raw, dict) else raw,
+                                    dtype=float))
+                for raw in (r["explanation"]["data"] for r in same)
+            ]
         )
-    except (TypeError, ValueError):  # no data, strings, ragged instances
+    except (TypeError, ValueError, KeyError):  # no data, strings, ragged instances
         data = None
     if data is not None and data.shape != values.shape:
         data = None  # image patches or tokens: a player is no single column

@@ -174,6 +174,11 @@ class ExplainService:
                 "target": target,
                 "background": array_digest(background),
                 "inputs": array_digest(inputs),
+                # The answer echoes each instance as sent (`data`): a row sent as a dict, or
+                # 50 instead of 50.0, is another answer even when the numbers are the same.
+                "as_sent": hashlib.sha256(
+                    json.dumps(req.inputs, separators=(",", ":")).encode()
+                ).hexdigest()[:16],
                 "fields": req.model_dump(mode="json", include=set(fields)),
                 **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
             }

@@ -108,3 +108,17 @@ def test_new_model_version_is_never_served_stale(
         b = client.post(url, json=BODY).json()
         assert b["meta"]["cache"] == "miss" and b["model_version"] == v2.version
         assert b["data"]["explanations"][0]["values"] != a["data"]["explanations"][0]["values"]
+
+
+def test_a_hit_echoes_the_instance_as_this_request_sent_it(client: TestClient) -> None:
+    """Rows as dicts and as lists give the same values, but each answer's `data` is its own."""
+    names = client.get("/v2/models/diabetes-mlp").json()["feature_names"]
+    row = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
+    as_list = client.post("/v2/models/diabetes-mlp/explain/shapley", json={"inputs": [row]})
+    as_dict = client.post(
+        "/v2/models/diabetes-mlp/explain/shapley",
+        json={"inputs": [dict(zip(names, row, strict=True))]},
+    )
+    a, b = as_list.json()["data"]["explanations"][0], as_dict.json()["data"]["explanations"][0]
+    assert a["data"] == row and b["data"] == dict(zip(names, row, strict=True))
+    assert a["values"] == b["values"]
