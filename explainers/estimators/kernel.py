@@ -7,7 +7,7 @@ Musco & Witter (2025), "Provably accurate Shapley value estimation via leverage 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache, partial
 from itertools import combinations, pairwise
@@ -251,8 +251,21 @@ def kernel(
     return drive(rounds(recorder, rng, sampler), recorder, target)
 
 
-def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> Iterator[Round]:
-    """Rounds of coalitions (see rounds.py); each yields the estimate of all so far."""
+Fit = Callable[[Design, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray | None]]
+
+
+def rounds(
+    recorder: GameRecorder,
+    rng: np.random.Generator,
+    sampler: str,
+    fit: Fit | None = None,
+    name: str = "kernel",
+) -> Iterator[Round]:
+    """Rounds of coalitions (see rounds.py); each yields the estimate of all so far.
+
+    `fit` turns the plan and the values so far into (values, standard errors): KernelSHAP's
+    weighted regression by default; the regression-adjusted estimator brings its own.
+    """
     n = recorder.n_players
     planner = Planner(n, sampler, rng)
     slicer = Slicer(recorder, distinct=True)  # the plan's coalitions are distinct by construction
@@ -261,14 +274,16 @@ def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> It
         remaining = recorder.remaining
         limit = min(cap, 1 << n, planner.size + (1 << n if remaining is None else remaining))
         if index == 1 and limit < min_coalitions(n):
-            raise BudgetError(f"budget too small for KernelSHAP ({min_coalitions(n)} coalitions)")
+            raise BudgetError(
+                f"budget too small for the {name} estimator ({min_coalitions(n)} coalitions)"
+            )
         masks = planner.extend(limit)
         if masks.shape[0] == 0 and index > 1:
             return
         values.append(slicer(masks))
         design = planner.design()
         yield Round(
-            partial(_estimate, recorder, design, tuple(values)),
+            partial(_estimate, recorder, design, tuple(values), fit or _blas_limited_fit, name),
             samples=design.n_pairs,
             coalitions=planner.size,
             index=index,
@@ -278,13 +293,16 @@ def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> It
             return
 
 
-def _estimate(recorder: GameRecorder, plan: Design, values: tuple[np.ndarray, ...]) -> Estimate:
+def _estimate(
+    recorder: GameRecorder,
+    plan: Design,
+    values: tuple[np.ndarray, ...],
+    fit: Fit,
+    name: str,
+) -> Estimate:
     table = np.concatenate(values)  # [store rows, k]
     base, full = table[0], table[1]
-    total = full - base
-    y = table - base[None, :]
-    with _blas().limit(limits=1, user_api="blas"):  # tiny products; BLAS threads only contend
-        phi, error = _fit(plan, y, total)
+    phi, error = fit(plan, table - base[None, :], full - base)
     return Estimate(
         values=recorder.shape_out(phi),
         base_value=recorder.shape_out(base),
@@ -292,9 +310,16 @@ def _estimate(recorder: GameRecorder, plan: Design, values: tuple[np.ndarray, ..
         exact=plan.exact,
         n_evaluations=recorder.n_evaluations,
         n_coalitions=recorder.n_coalitions,
-        estimator="kernel",
+        estimator=name,
         error_std=None if error is None else recorder.shape_out(error),
     )
+
+
+def _blas_limited_fit(
+    plan: Design, y: np.ndarray, total: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    with _blas().limit(limits=1, user_api="blas"):  # tiny products; BLAS threads only contend
+        return _fit(plan, y, total)
 
 
 def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -17,16 +17,16 @@ lower the jackknife error.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import partial
 from itertools import combinations, pairwise
 from math import comb
 
 import numpy as np
 
+from explainers.estimators import kernel
 from explainers.estimators.base import Estimate, Target
-from explainers.estimators.kernel import Design, Planner, min_coalitions
-from explainers.estimators.rounds import Round, Slicer, caps, drive
-from explainers.games import BudgetError, GameRecorder
+from explainers.estimators.kernel import Design, min_coalitions
+from explainers.estimators.rounds import Round, drive
+from explainers.games import GameRecorder
 
 FOLDS = 4  # cross-fitting folds of the drawn pairs ...
 MIN_FOLD_PAIRS = 8  # ... fewer when there are fewer than this many pairs per fold (at least 2)
@@ -51,33 +51,9 @@ def regression(
 
 
 def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> Iterator[Round]:
-    """KernelSHAP's coalition plan (kernel.Planner), round by round; each round's estimate
-    refits the surrogates on everything evaluated so far."""
-    n = recorder.n_players
-    planner = Planner(n, sampler, rng)
-    slicer = Slicer(recorder, distinct=True)
-    values: list[np.ndarray] = []
-    for index, cap in enumerate(caps(n), start=1):
-        remaining = recorder.remaining
-        limit = min(cap, 1 << n, planner.size + (1 << n if remaining is None else remaining))
-        if index == 1 and limit < min_coalitions(n):
-            raise BudgetError(
-                f"budget too small for the regression estimator ({min_coalitions(n)} coalitions)"
-            )
-        masks = planner.extend(limit)
-        if masks.shape[0] == 0 and index > 1:
-            return
-        values.append(slicer(masks))
-        design = planner.design()
-        yield Round(
-            partial(_estimate, recorder, design, tuple(values)),
-            samples=design.n_pairs,
-            coalitions=planner.size,
-            index=index,
-            exact=design.exact,
-        )
-        if design.exact:
-            return
+    """KernelSHAP's coalition plan and rounds (kernel.rounds); each round's estimate refits the
+    surrogates on everything evaluated so far."""
+    return kernel.rounds(recorder, rng, sampler, fit=_fit, name="regression")
 
 
 def _penalty(gram: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
@@ -149,22 +125,6 @@ def _fold_of(rows: np.ndarray, folds: int) -> np.ndarray:
     """Fold of each draw, by its pair's store row: a pair drawn twice stays in one fold."""
     h = (rows.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)
     return (h % np.uint64(folds)).astype(np.int64)
-
-
-def _estimate(recorder: GameRecorder, plan: Design, values: tuple[np.ndarray, ...]) -> Estimate:
-    table = np.concatenate(values)  # [store rows, k]
-    base, full = table[0], table[1]
-    phi, error = _fit(plan, table - base[None, :], full - base)
-    return Estimate(
-        values=recorder.shape_out(phi),
-        base_value=recorder.shape_out(base),
-        full_value=recorder.shape_out(full),
-        exact=plan.exact,
-        n_evaluations=recorder.n_evaluations,
-        n_coalitions=recorder.n_coalitions,
-        estimator="regression",
-        error_std=None if error is None else recorder.shape_out(error),
-    )
 
 
 def _kernel_fit(
