@@ -1,5 +1,5 @@
-"""Plots of an explain response: the players and their labels, Vega-Lite specs, shap.Explanation
-arguments (the matplotlib figures are in app/plot_images.py).
+"""Plots of an explain response: the players and their labels and Vega-Lite specs (the
+matplotlib figures are in app/plot_images.py, shap.Explanation arguments in app/plot_shap.py).
 
 Everything here reads the response body only (API.md shape), so it serves every explainer:
 players are features (bar, waterfall), pixels or patches of an image (heatmap), pieces of a text
@@ -351,65 +351,3 @@ def vega_lite(
 def top_classes_text(classes: list[tuple[str, float]]) -> str:
     """'6: 97.1% · 5: 1.2% · 8: 0.9%'."""
     return " · ".join(f"{name}: {100 * p:.1f}%" for name, p in classes)
-
-
-# ----------------------------------------------------------------------------- shap
-
-
-def text_tokens(text: Any, players: list[dict[str, Any]]) -> list[str]:
-    """Each player's text with the characters up to the next player ('The ', 'food ', ...), as
-    shap's text maskers cut tokens: joined, they give back the text with its spaces and
-    punctuation (what precedes the first player goes with it). Without the text, or when the
-    offsets don't match it, a space wherever the offsets skip characters.
-    (xai/results.py does the same on the client side, which does not import the service.)"""
-    if not players:
-        return []
-    starts = [int(p["start"]) for p in players]
-    ends = [int(p["end"]) for p in players]
-    ordered = all(e <= s for e, s in zip(ends, starts[1:], strict=False))
-    if (
-        isinstance(text, str)
-        and ordered
-        and all(text[p["start"] : p["end"]] == p["text"] for p in players)
-    ):
-        cuts = [0, *starts[1:], len(text)]
-        return [text[cuts[i] : cuts[i + 1]] for i in range(len(players))]
-    gaps = [s > e for e, s in zip(ends, starts[1:], strict=False)] + [False]
-    return [p["text"] + (" " if gap else "") for p, gap in zip(players, gaps, strict=True)]
-
-
-def shap_arguments(body: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of shap.Explanation (as JSON lists) for every explanation of a response.
-
-    Tabular and image players share names, so values are [m, n]; text players differ per
-    instance, so values and data are per-instance lists (shap's ragged text form): data holds
-    the tokens with their spacing (shap.plots.text joins them as written), feature_names the
-    players' words.
-    """
-    explanations = body["data"]["explanations"]
-    ragged = any(e.get("players") for e in explanations)
-    args: dict[str, Any] = {
-        "values": [e["values"] for e in explanations],
-        "base_values": [e["base_value"] for e in explanations],
-        # each instance explains one output (its own target): shap's output_names and
-        # output_indexes describe an output axis instead, so the names go to instance_names
-        "instance_names": [f"{i}: {e.get('output_name')}" for i, e in enumerate(explanations)],
-    }
-    if ragged:
-        players = [e.get("players") or [] for e in explanations]
-        args["data"] = [
-            text_tokens(e.get("data"), ps) for e, ps in zip(explanations, players, strict=True)
-        ]
-        args["feature_names"] = [[p["text"] for p in ps] for ps in players]
-    else:
-        args["feature_names"] = list(body["data"]["feature_names"])
-        n = len(args["feature_names"])
-        data: list[list[Any] | None] = []
-        for e in explanations:
-            flat = list(np.ravel(np.asarray(e["data"], dtype=object))) if e.get("data") else []
-            data.append(flat if len(flat) == n else None)
-        if all(row is not None for row in data):
-            args["data"] = data
-    if all(e.get("error_std") is not None for e in explanations):
-        args["error_std"] = [e["error_std"] for e in explanations]
-    return args

@@ -14,7 +14,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from app import plot_images, plots
+from app import plot_images, plot_shap, plots
 from app.errors import ERROR_RESPONSES
 from app.routes import explain_route, off_loop, service
 from app.schemas import ExplainResponse, request_model
@@ -103,7 +103,7 @@ def top_classes(svc: ExplainService, body: dict[str, Any], index: int) -> plots.
 async def render(body: dict[str, Any], q: PlotQuery, request: Request | None = None) -> Response:
     """Matplotlib runs in a worker thread: it is CPU work and must not block the loop."""
     if q.format == "shap":
-        return JSONResponse(plots.shap_arguments(body))
+        return JSONResponse(plot_shap.shap_arguments(body))
     classes = None
     if request is not None and q.kind in ("auto", "heatmap"):
         classes = await off_loop(request, top_classes, service(request), body, q.index)
