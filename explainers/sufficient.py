@@ -31,12 +31,12 @@ from pydantic import Field
 from explainers import text as text_game
 from explainers.budget import default_budget
 from explainers.estimators import exact
-from explainers.estimators.registry import shapley_values
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, GameRecorder
 from explainers.maskers import MaskedModelGame, patch_groups
 from explainers.masking import MaskerOptions, masker_references
 from explainers.options import ExplainerOptions
+from explainers.subset_search import Criterion, exact_search, greedy_search, player_order
 from models.base import Model, TextModel
 
 VERSION = "1"
@@ -229,92 +229,6 @@ def _plan_budget(
     return budget, max(floor, coalitions - _reserve(n))
 
 
-class _Criterion:
-    """Which coalition values keep class c: argmax, and the optional probability/precision."""
-
-    def __init__(self, c: int, k: int, options: SufficientOptions) -> None:
-        self.c, self.k = c, k
-        self.min_p = options.min_probability
-        self.min_prec = options.min_precision
-
-    def __call__(self, values: np.ndarray) -> np.ndarray:
-        """values [m, 2k] -> bool [m]."""
-        probs, shares = values[:, : self.k], values[:, self.k :]
-        ok = np.argmax(probs, axis=1) == self.c
-        if self.min_p is not None:
-            ok &= probs[:, self.c] >= self.min_p - 1e-12
-        if self.min_prec is not None:
-            ok &= shares[:, self.c] >= self.min_prec - 1e-12
-        return ok
-
-
-class _Column:
-    """Class c's probability as a one-output game, evaluated through the shared recorder."""
-
-    def __init__(self, recorder: GameRecorder, column: int) -> None:
-        self.recorder = recorder
-        self.column = column
-        self.rows_per_coalition = recorder.cost
-
-    def __call__(self, masks: np.ndarray) -> np.ndarray:
-        return self.recorder(masks)[:, self.column]
-
-
-def _exact_search(table: np.ndarray, ok: _Criterion, n: int) -> tuple[np.ndarray | None, str]:
-    """The smallest sufficient coalition of the value table [2^n, 2k] (ties: highest v_c)."""
-    good = ok(table)
-    if not good.any():
-        return None, "minimum"
-    masks_idx = np.flatnonzero(good)
-    sizes = np.array([bin(int(i)).count("1") for i in masks_idx])
-    best = masks_idx[sizes == sizes.min()]
-    pick = int(best[np.argmax(table[best, ok.c])])  # ties: the most confident
-    return ((pick >> np.arange(n)) & 1).astype(bool), "minimum"
-
-
-def _order(
-    rec: GameRecorder, options: SufficientOptions, c: int, n: int, coalitions: int, seed: int
-) -> tuple[np.ndarray, str]:
-    """Attribution of class c per player (higher: more needed) and how it was computed."""
-    if options.order == "leave-one-out":
-        masks = np.ones((n + 1, n), bool)
-        masks[np.arange(n), np.arange(n)] = False
-        v = rec(masks)[:, c]
-        return v[n] - v[:n], "leave-one-out"
-    est = shapley_values(
-        _Column(rec, c), n, budget=coalitions * rec.cost, seed=seed, estimator="auto"
-    )
-    return np.asarray(est.values, np.float64).reshape(n), f"shapley-{est.estimator}"
-
-
-def _greedy_search(
-    rec: GameRecorder, ok: _Criterion, order_values: np.ndarray
-) -> tuple[np.ndarray | None, str]:
-    n = rec.n_players
-    rank = np.argsort(-order_values, kind="stable")
-    prefixes = np.zeros((n + 1, n), bool)
-    for k in range(1, n + 1):
-        prefixes[k, rank[:k]] = True
-    good = np.flatnonzero(ok(rec(prefixes)))
-    if good.size == 0:
-        return None, "minimum"
-    subset = prefixes[good[0]].copy()
-    while subset.any():
-        members = np.flatnonzero(subset)
-        remaining = rec.remaining
-        if remaining is not None and remaining < len(members) + 1:  # keep one for the complement
-            return subset, "none"
-        trials = np.repeat(subset[None], len(members), axis=0)
-        trials[np.arange(len(members)), members] = False
-        values = rec(trials)
-        keeps = ok(values)
-        if not keeps.any():
-            break
-        best = np.flatnonzero(keeps)[np.argmax(values[keeps, ok.c])]
-        subset = trials[best]
-    return subset, "1-minimal"
-
-
 def _explain_one(
     inst: _Instance,
     model: Model,
@@ -336,14 +250,14 @@ def _explain_one(
     else:
         ends = rec(np.array([np.zeros(n, bool), np.ones(n, bool)]))  # [2, 2k]
     c = int(np.argmax(ends[1, :k])) if target is None else target
-    ok = _Criterion(c, k, options)
+    ok = Criterion(c, k, options.min_probability, options.min_precision)
     order_values: np.ndarray | None = None
     order_name = None
     if table is not None:
-        subset, minimality = _exact_search(table, ok, n)
+        subset, minimality = exact_search(table, ok, n)
     else:
-        order_values, order_name = _order(rec, options, c, n, order_coalitions, seed)
-        subset, minimality = _greedy_search(rec, ok, order_values)
+        order_values, order_name = player_order(rec, options.order, c, n, order_coalitions, seed)
+        subset, minimality = greedy_search(rec, ok, order_values)
     caveats: list[Caveat] = []
     details: dict[str, Any] = {
         "class": c,
