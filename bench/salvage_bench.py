@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from app.settings import Settings
-from explainers import salvage
+from explainers import salvage, salvage_inference
 from explainers.maskers import patch_groups
 from explainers.shapley import shapley_values
 from models.base import Model
@@ -204,7 +204,7 @@ def main() -> None:
 
     table = []
     for config, tr in trained.items():
-        values = salvage.amortized(tr, images).values
+        values = salvage_inference.amortized(tr, images).values
         full = np.zeros((len(images), N, 20))
         full[:, :, UNITS[config[0]]] = values
         name = f"salvage {'/'.join(config)}"
@@ -232,13 +232,13 @@ def main() -> None:
     timing = []
     for key in {c[0]: c for c in reversed(configs)}.values():  # one config per objective
         tr = trained[key]
-        salvage.amortized(tr, batch[:1])  # warm up
+        salvage_inference.amortized(tr, batch[:1])  # warm up
         t = time.perf_counter()
         for x in batch:
-            salvage.amortized(tr, x[None])
+            salvage_inference.amortized(tr, x[None])
         one = (time.perf_counter() - t) / len(batch)
         t = time.perf_counter()
-        salvage.amortized(tr, batch)
+        salvage_inference.amortized(tr, batch)
         batched = (time.perf_counter() - t) / len(batch)
         timing.append((f"salvage {'/'.join(key)}", one, batched))
     for b in (64, 256, 1024):

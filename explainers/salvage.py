@@ -44,6 +44,7 @@ from torch import nn
 
 from explainers.explanation import OptionError
 from explainers.maskers import patch_groups
+from explainers.salvage_masks import sample_masks, uniform_size_masks
 from models.base import Model
 
 EPS = 1e-7  # probability clip before logs (float32)
@@ -154,56 +155,6 @@ def centred(logp: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------ samplers
 
 
-def kernel_masks(n: int, count: int, gen: torch.Generator) -> torch.Tensor:
-    """Shapley-kernel coalitions: size k in 1..n-1 with p(k) ~ 1/(k(n-k)), then uniform. [m, n]"""
-    if n < 2 or count == 0:
-        return torch.rand(count, n, generator=gen) < 0.5
-    k = torch.arange(1, n, dtype=torch.float64)
-    sizes = torch.multinomial(1.0 / (k * (n - k)), count, replacement=True, generator=gen) + 1
-    ranks = torch.rand(count, n, generator=gen).argsort(dim=1).argsort(dim=1)
-    return ranks < sizes[:, None]
-
-
-def sample_masks(
-    kind: str,
-    n: int,
-    batch: int,
-    pairs: int,
-    gen: torch.Generator,
-    scores: torch.Tensor | None = None,
-    beta: float = 1.0,
-    informed_fraction: float = 0.5,
-) -> torch.Tensor:
-    """Coalitions [batch, 2 * pairs, n]; rows 2j and 2j+1 are complements.
-
-    `scores` [batch, n]: current importances for the informed sampler.
-    """
-    if kind == "uniform":
-        half = torch.rand(batch, pairs, n, generator=gen) < 0.5
-    elif kind == "kernel" or scores is None:
-        half = kernel_masks(n, batch * pairs, gen).reshape(batch, pairs, n)
-    elif kind == "informed":
-        n_inf = round(informed_fraction * pairs)
-        # Standardised: centred, so about half the players are likelier present than absent
-        # whatever the sign and offset of the current values.
-        mean, std = scores.mean(dim=1, keepdim=True), scores.std(dim=1, keepdim=True)
-        z = (scores - mean) / (std + 1e-8)
-        prob = torch.sigmoid(beta * z)[:, None, :].expand(batch, n_inf, n)
-        informed = torch.rand(batch, n_inf, n, generator=gen) < prob
-        rest = kernel_masks(n, batch * (pairs - n_inf), gen).reshape(batch, pairs - n_inf, n)
-        half = torch.cat([informed, rest], dim=1)
-    else:
-        raise OptionError(f"unknown sampler {kind!r}")
-    return torch.stack([half, ~half], dim=2).reshape(batch, 2 * pairs, n)
-
-
-def uniform_size_masks(n: int, count: int, gen: torch.Generator) -> torch.Tensor:
-    """Surrogate training masks: number of present players uniform in 0..n. [m, n]"""
-    sizes = torch.randint(0, n + 1, (count,), generator=gen)
-    ranks = torch.rand(count, n, generator=gen).argsort(dim=1).argsort(dim=1)
-    return ranks < sizes[:, None]
-
-
 # ------------------------------------------------------------------------------ training
 
 
@@ -240,13 +191,13 @@ def efficiency_projection(
     return values + gap[:, None, :] / values.shape[1]
 
 
-def _contributions(net: ExplainerNet, x: torch.Tensor, opts: SalvageTrainOptions) -> torch.Tensor:
+def contributions(net: ExplainerNet, x: torch.Tensor, opts: SalvageTrainOptions) -> torch.Tensor:
     """Raw contributions in the game's units: centred log-probabilities or probabilities."""
     raw = net(x)
     return centred(raw) if opts.objective == "distribution" else raw
 
 
-def _values(logp: torch.Tensor, objective: str) -> torch.Tensor:
+def game_values(logp: torch.Tensor, objective: str) -> torch.Tensor:
     return centred(logp) if objective == "distribution" else logp.exp()
 
 
@@ -355,7 +306,7 @@ def train(
             explainer.train()
             losses = []
             for idx in torch.randperm(len(x_train), generator=gen).split(opts.batch_size):
-                psi = _contributions(explainer, x_train[idx], opts)
+                psi = contributions(explainer, x_train[idx], opts)
                 scores = psi.detach()[torch.arange(len(idx)), :, predicted[idx]]
                 masks = sample_masks(
                     opts.sampler, n, len(idx), opts.pairs, gen, scores, opts.beta,
@@ -407,7 +358,7 @@ def _held_out(
     n = int(groups.max()) + 1
     gen = torch.Generator().manual_seed(12345)
     with torch.no_grad():
-        psi = _contributions(explainer, x, opts)
+        psi = contributions(explainer, x, opts)
         masks = sample_masks("kernel", n, len(x), 4, gen)
         target = log_probs(surrogate, masked(x, masks, groups)).reshape(len(x), 8, -1)
         loss = _loss(psi, masks, target, g_logp, empty_logp, opts.objective, opts.temperature)
@@ -418,54 +369,3 @@ def _held_out(
             out["held_out_agreement"] = float((logp.argmax(1) == f_logp.argmax(1)).float().mean())
         out["held_out_surrogate_kl"] = float((f_logp.exp() * (f_logp - g_logp)).sum(dim=1).mean())
     return out
-
-
-# ------------------------------------------------------------------------------ inference
-
-
-@dataclass(frozen=True)
-class Amortized:
-    """Explanations of a batch from one explainer pass (and one surrogate row per image)."""
-
-    values: np.ndarray  # [m, n, C] after the efficiency projection, in the game's units
-    base: np.ndarray  # [C] v(empty)
-    full: np.ndarray  # [m, C] v(N) = the surrogate on the whole image
-    surrogate_probs: np.ndarray  # [m, C]
-    explainer_probs: np.ndarray | None  # [m, C] the explainer as a classifier (distribution)
-
-
-def amortized(trained: Trained, x: np.ndarray) -> Amortized:
-    """Values for every class of every image x [m, *input_shape]: one batched pass each."""
-    opts = trained.options
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    empty_logp = torch.from_numpy(trained.empty_logp)
-    with torch.inference_mode():
-        psi = _contributions(trained.explainer, xt, opts)
-        full_logp = log_probs(trained.surrogate, xt)
-        explainer_probs = None
-        if opts.objective == "distribution":
-            logits = centred(empty_logp)[None] + psi.sum(dim=1)
-            explainer_probs = F.softmax(logits, dim=1).numpy()
-        full, empty = _values(full_logp, opts.objective), _values(empty_logp, opts.objective)
-        values = efficiency_projection(psi, full, empty[None])
-    return Amortized(
-        values.numpy().astype(np.float64),
-        empty.numpy().astype(np.float64),
-        full.numpy().astype(np.float64),
-        full_logp.exp().numpy(),
-        explainer_probs,
-    )
-
-
-def surrogate_game(trained: Trained, x: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """The game the explainer approximates, for one image: masks [m, n] -> values [m, C]."""
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None]
-    groups = torch.from_numpy(trained.groups.copy())
-
-    def game(masks: np.ndarray) -> np.ndarray:
-        mt = torch.from_numpy(np.asarray(masks, dtype=bool))[None]
-        with torch.inference_mode():
-            logp = log_probs(trained.surrogate, masked(xt, mt, groups))
-            return _values(logp, trained.options.objective).numpy().astype(np.float64)
-
-    return game

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from pydantic import Field, PrivateAttr
 
-from explainers import salvage
+from explainers import salvage, salvage_inference
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.maskers import patch_groups
@@ -286,7 +286,7 @@ def explain(
     if store is None or options.artifact is None:
         raise NotTrainedError("salvage options are not bound to a trained artifact")
     trained = store.load(model, options.artifact)
-    out = salvage.amortized(trained, inputs)
+    out = salvage_inference.amortized(trained, inputs)
     if target is not None and not 0 <= target < model.n_outputs:
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
     explanations = []

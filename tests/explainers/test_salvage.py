@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from explainers import salvage
+from explainers import salvage, salvage_inference, salvage_masks
 from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore, explain
 from explainers.shapley import shapley_values
 from models.base import Model
@@ -57,14 +57,14 @@ def trained(digits: Model) -> salvage.Trained:
 def test_sampler_pairs_complements(kind: str) -> None:
     gen = torch.Generator().manual_seed(0)
     scores = torch.randn(5, 16, generator=gen)
-    masks = salvage.sample_masks(kind, 16, 5, 7, gen, scores)
+    masks = salvage_masks.sample_masks(kind, 16, 5, 7, gen, scores)
     assert masks.shape == (5, 14, 16) and masks.dtype == torch.bool
     assert torch.equal(masks[:, 0::2], ~masks[:, 1::2])
 
 
 def test_kernel_sampler_follows_the_shapley_kernel() -> None:
     n, count = 10, 200_000
-    masks = salvage.kernel_masks(n, count, torch.Generator().manual_seed(1))
+    masks = salvage_masks.kernel_masks(n, count, torch.Generator().manual_seed(1))
     sizes = np.bincount(masks.sum(dim=1).numpy(), minlength=n + 1)
     k = np.arange(1, n)
     expected = (1 / (k * (n - k))) / (1 / (k * (n - k))).sum()
@@ -80,7 +80,7 @@ def test_informed_sampler_standardises_the_scores(offset: float) -> None:
     (e.g. all values positive for a confident class) changes nothing."""
     gen = torch.Generator().manual_seed(2)
     scores = torch.tensor([[3.0, 1.5, 0.5, -1.0, -2.0]]) + offset
-    masks = salvage.sample_masks("informed", 5, 1, 40_000, gen, scores, 1.0, 1.0)
+    masks = salvage_masks.sample_masks("informed", 5, 1, 40_000, gen, scores, 1.0, 1.0)
     z = (scores - scores.mean()) / scores.std()
     freq = masks[0, 0::2].float().mean(dim=0)  # informed halves; the others are complements
     np.testing.assert_allclose(freq.numpy(), torch.sigmoid(z[0]).numpy(), atol=0.01)
@@ -144,7 +144,7 @@ def test_tiny_seeded_run_is_deterministic(digits: Model, objective: str) -> None
 
 
 def test_efficiency_after_projection(trained: salvage.Trained, held_out: np.ndarray) -> None:
-    out = salvage.amortized(trained, held_out[:20])
+    out = salvage_inference.amortized(trained, held_out[:20])
     total = out.values.sum(axis=1) + out.base[None]
     np.testing.assert_allclose(total, out.full, atol=1e-4)
 
@@ -153,7 +153,7 @@ def test_explainer_classifies_like_the_classifier(
     digits: Model, trained: salvage.Trained, held_out: np.ndarray
 ) -> None:
     """Full inputs: the distribution the contributions parameterise vs the classifier's."""
-    out = salvage.amortized(trained, held_out)
+    out = salvage_inference.amortized(trained, held_out)
     assert out.explainer_probs is not None
     f = digits.predict(held_out).astype(np.float64)
     q = np.clip(out.explainer_probs.astype(np.float64), 1e-7, 1)
@@ -166,9 +166,10 @@ def test_explainer_classifies_like_the_classifier(
 def test_values_track_exact_shapley(trained: salvage.Trained, held_out: np.ndarray) -> None:
     """Against exact Shapley values of the game the explainer approximates."""
     x = held_out[:2]
-    out = salvage.amortized(trained, x)
+    out = salvage_inference.amortized(trained, x)
     for j in range(len(x)):
-        exact = shapley_values(salvage.surrogate_game(trained, x[j]), 16, estimator="exact")
+        game = salvage_inference.surrogate_game(trained, x[j])
+        exact = shapley_values(game, 16, estimator="exact")
         c = int(out.surrogate_probs[j].argmax())
         np.testing.assert_allclose(exact.full_value[c], out.full[j, c], atol=1e-4)
         np.testing.assert_allclose(exact.base_value[c], out.base[c], atol=1e-4)
@@ -185,7 +186,8 @@ def test_store_round_trip_and_versions(
     info = store.save(digits, trained)
     assert info.id == trained.id and store.list(digits.name, digits.version)[0].id == info.id
     loaded = SalvageStore(tmp_path).load(digits, info.id)
-    a, b = salvage.amortized(trained, held_out[:5]), salvage.amortized(loaded, held_out[:5])
+    a = salvage_inference.amortized(trained, held_out[:5])
+    b = salvage_inference.amortized(loaded, held_out[:5])
     np.testing.assert_array_equal(a.values, b.values)
     opts = SalvageOptions().pinned(store, digits)
     assert opts.artifact == info.id and opts.objective == "distribution"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from sqlalchemy import event, select
 
-from explainers import salvage
+from explainers import salvage, salvage_inference
 from explainers.salvage_store import SalvageOptions, SalvageStore, explain
 from models.base import Model, ModelNotReadyError, UnknownModelError
 from models.builtin import dataset_split, load_digits_cnn
@@ -321,7 +321,7 @@ def test_salvage_artifacts_travel_through_the_store(
     opts = SalvageOptions().pinned(other, digits)
     x = dataset_split("digits-cnn").x_test[:2]
     result = explain(digits, x, options=opts, target=3)
-    expected = salvage.amortized(trained, x)
+    expected = salvage_inference.amortized(trained, x)
     np.testing.assert_allclose(result.explanations[1].values, expected.values[1, :, 3], atol=1e-6)
     cached = tmp_path / "salvage-2" / digits.name / digits.version / info.id
     assert json.loads((cached / "meta.json").read_text())["created_at"] == info.created_at
