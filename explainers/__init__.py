@@ -1,5 +1,8 @@
 """The science: games, maskers and Shapley estimators, usable as a plain library.
 
+One result type: `Estimate` (values, interactions, provenance) for Shapley values and
+interaction indices alike (`InteractionResult` and `ShapleyResult` are its older names).
+
 Names load on first use (PEP 562), so `import explainers.games` or `explainers.estimators`
 does not import torch (explainers.shapley imports models.base).
 """
@@ -13,8 +16,9 @@ if TYPE_CHECKING:
     from explainers.estimators.base import Estimate
     from explainers.estimators.registry import shapley_values
     from explainers.games import BudgetError, ExplainerError, GameRecorder
-    from explainers.interactions import InteractionResult, interaction_values
+    from explainers.interactions import interaction_values
 
+    InteractionResult = Estimate
     ShapleyResult = Estimate
 
 _WHERE = {
@@ -22,7 +26,7 @@ _WHERE = {
     "Estimate": "explainers.estimators.base",
     "ExplainerError": "explainers.games",
     "GameRecorder": "explainers.games",
-    "InteractionResult": "explainers.interactions",
+    "InteractionResult": "explainers.estimators.base:Estimate",
     "ShapleyResult": "explainers.estimators.base:Estimate",
     "interaction_values": "explainers.interactions",
     "shapley_values": "explainers.estimators.registry",

@@ -8,7 +8,6 @@ shapiq (Muschalik et al. 2024) approximators run on our metered game.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 from typing import Any
@@ -18,6 +17,7 @@ from scipy.special import bernoulli
 
 from explainers.budget import default_budget
 from explainers.estimators import exact as exact_estimator
+from explainers.estimators.base import Estimate
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 from explainers.mobius import mobius_transform, popcounts
@@ -95,26 +95,34 @@ def _terms(n: int, k: int) -> list[tuple[int, ...]]:
     return [t for size in range(1, k + 1) for t in combinations(range(n), size)]
 
 
-@dataclass(frozen=True)
-class InteractionResult:
-    """Interaction values keyed by player tuples (orders 1..max_order) with provenance."""
+InteractionResult = Estimate  # the name these results had before the one result type
 
-    values: dict[tuple[int, ...], float]
-    index: str
-    max_order: int
-    baseline_value: float  # v(empty), or FBII's empty-set term
-    full_value: float  # v(all)
-    exact: bool
-    n_evaluations: int
-    estimator: str
-    output: int  # the game output explained
 
-    def first_order(self, n_players: int) -> np.ndarray:
-        return np.array([self.values.get((i,), 0.0) for i in range(n_players)])
-
-    @property
-    def efficiency_gap(self) -> float:
-        return abs(sum(self.values.values()) + self.baseline_value - self.full_value)
+def _estimate(
+    terms: dict[tuple[int, ...], float],
+    n_players: int,
+    index: str,
+    k: int,
+    ends: tuple[float, float],
+    recorder: GameRecorder,
+    estimator: str,
+    column: int,
+) -> Estimate:
+    """One output's interaction terms as an Estimate: first-order values [n] and every term."""
+    ordered = dict(sorted(terms.items(), key=lambda kv: (len(kv[0]), kv[0])))
+    return Estimate(
+        values=np.array([ordered.get((i,), 0.0) for i in range(n_players)]),
+        base_value=np.asarray(ends[0]),
+        full_value=np.asarray(ends[1]),
+        exact=estimator == "exact",
+        n_evaluations=recorder.n_evaluations,
+        n_coalitions=recorder.n_coalitions,
+        estimator=estimator,
+        index=index,
+        max_order=k,
+        interactions=ordered,
+        output=column,
+    )
 
 
 def _approximators() -> dict[tuple[str, str], Callable[..., Any]]:
@@ -161,8 +169,9 @@ def interaction_values(
     budget: int | None = None,
     seed: int = 0,
     output: int | None = 0,
-) -> InteractionResult:
-    """Interaction index values of `game` for one output (`output`; None = v(all)'s argmax)."""
+) -> Estimate:
+    """Interaction index values of `game` for one output (`output`; None = v(all)'s argmax):
+    `interactions` holds every term of order 1..max_order, `values` the first-order ones."""
     if index not in INDICES:
         raise OptionError(f"unknown index {index!r}; use one of {INDICES}")
     if not 1 <= max_order <= n_players:
@@ -185,17 +194,9 @@ def interaction_values(
         table = exact_estimator.value_table(recorder)
         column = int(np.argmax(table[-1])) if output is None else output
         values, baseline = from_table(table[:, [column]], index, k)
-        return InteractionResult(
-            {key: float(v[0]) for key, v in values.items()},
-            index,
-            k,
-            float(baseline[0]),
-            float(table[-1, column]),
-            True,
-            recorder.n_evaluations,
-            "exact",
-            column,
-        )
+        terms = {key: float(v[0]) for key, v in values.items()}
+        edge = (float(baseline[0]), float(table[-1, column]))
+        return _estimate(terms, n_players, index, k, edge, recorder, "exact", column)
     if index == "SV":
         raise OptionError("sampled SV: use the shapley estimators (index SV with kernel)")
     make = _approximators().get((index, estimator))
@@ -230,14 +231,6 @@ def interaction_values(
         for key, pos in approx.interaction_lookup.items()
         if 1 <= len(key) <= k
     )
-    return InteractionResult(
-        dict(sorted(estimated.items(), key=lambda kv: (len(kv[0]), kv[0]))),
-        index,
-        k,
-        float(v_ends[0, column]),
-        float(v_ends[1, column]),
-        False,
-        recorder.n_evaluations,
-        f"{estimator} (shapiq {type(approximator).__name__})",
-        column,
-    )
+    name = f"{estimator} (shapiq {type(approximator).__name__})"
+    edge = (float(v_ends[0, column]), float(v_ends[1, column]))
+    return _estimate(estimated, n_players, index, k, edge, recorder, name, column)

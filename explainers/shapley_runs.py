@@ -54,7 +54,10 @@ def explained(model: Model, full_value: np.ndarray) -> int:
 
 
 def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
-    """One output of a multi-output estimate: the target, else the predicted class."""
+    """One output of an estimate as an Explanation: the estimate's own output when it has one
+    (interaction indices), else the target, else the predicted class."""
+    if est.output is not None:
+        return _one_output(est, est.output)
     out = target
     if out is None:
         out = explained(model, np.atleast_1d(est.full_value))
@@ -74,6 +77,30 @@ def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
         error_std=None if est.error_std is None else est.error_std[:, out],
         partial=est.partial,
         details=details,
+    )
+
+
+def _one_output(est: Estimate, out: int) -> Explanation:
+    """An estimate of output `out` alone (values [n]); its interactions become the response's
+    `interactions` field, the one place where a player tuple is written "i,j"."""
+    interactions = None
+    if est.interactions is not None:
+        interactions = {
+            "index": est.index,
+            "max_order": est.max_order,
+            "values": {",".join(map(str, key)): v for key, v in est.interactions.items()},
+        }
+    return Explanation(
+        output_index=out,
+        values=est.values,
+        base_value=float(est.base_value),
+        instance_output_value=float(est.full_value),
+        exact=est.exact,
+        n_model_evals=est.n_evaluations,
+        estimator=est.estimator,
+        error_std=est.error_std,
+        partial=est.partial,
+        interactions=interactions,
     )
 
 
@@ -101,18 +128,4 @@ def interactions_one(game: Game, n_players: int, run: Run) -> Explanation:
         seed=seed,
         output=output,
     )
-    out = target if target is not None else res.output
-    return Explanation(
-        output_index=out,
-        values=res.first_order(n_players),
-        base_value=res.baseline_value,
-        instance_output_value=res.full_value,
-        exact=res.exact,
-        n_model_evals=res.n_evaluations,
-        estimator=res.estimator,
-        interactions={
-            "index": res.index,
-            "max_order": res.max_order,
-            "values": {",".join(map(str, key)): v for key, v in res.values.items()},
-        },
-    )
+    return pick(res, model, target)

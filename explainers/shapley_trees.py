@@ -9,12 +9,11 @@ the answer says why.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from explainers.estimators.tree import tree_shapley, tree_sii
 from explainers.explanation import Explanation, OptionError
+from explainers.shapley_runs import pick
 from models.base import Model
 
 PATH_DEPENDENT = {
@@ -76,33 +75,5 @@ def tree_explanations(
     if any(not 0 <= o < model.n_outputs for o in outs):
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
     if index == "SV":
-        return [
-            Explanation(
-                output_index=o,
-                values=e.values[:, o],
-                base_value=float(e.base_value[o]),
-                instance_output_value=float(e.full_value[o]),
-                exact=True,
-                n_model_evals=e.n_evaluations,
-                estimator="tree",
-            )
-            for e, o in zip(estimates, outs, strict=True)
-        ]
-    explanations = []
-    for i, o in enumerate(outs):
-        res = tree_sii(model.tree, rows[i : i + 1], o)[0]
-        values: dict[str, Any] = {str(j): float(v) for j, v in enumerate(res.first_order)}
-        values.update({f"{a},{b}": v for (a, b), v in res.pairs.items()})
-        explanations.append(
-            Explanation(
-                output_index=o,
-                values=res.first_order,
-                base_value=res.base_value,
-                instance_output_value=res.full_value,
-                exact=True,
-                n_model_evals=1,
-                estimator="tree",
-                interactions={"index": "SII", "max_order": 2, "values": values},
-            )
-        )
-    return explanations
+        return [pick(e, model, o) for e, o in zip(estimates, outs, strict=True)]
+    return [pick(tree_sii(model.tree, rows[i : i + 1], o)[0], model, o) for i, o in enumerate(outs)]

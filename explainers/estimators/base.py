@@ -1,8 +1,9 @@
-"""What every Shapley estimator returns."""
+"""What every estimator returns: one `Estimate` for Shapley values, interaction indices, API,
+leave-one-out style scores and sampled surrogates alike (values, interactions, provenance)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +55,13 @@ class Precision:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Shapley values of one game with provenance.
+    """Attributions of one game with provenance.
 
     values [n] or [n, k]; base_value = v(empty) and full_value = v(all), [] or [k].
+    Interaction indices (Grabisch & Roubens 1999 and successors, explainers/interactions.py)
+    explain one output (`output`): values [n] are the first-order terms, `interactions` maps
+    each player tuple of order 1..max_order to its term, and base_value is v(empty) (FBII: its
+    empty-set term). A surrogate's base_value is its intercept.
     """
 
     values: np.ndarray
@@ -69,8 +74,15 @@ class Estimate:
     error_std: np.ndarray | None = None  # standard error per value, same shape as values
     partial: bool = False  # stopped early at the deadline: an anytime estimate on fewer samples
     precision: Precision | None = None  # with a target_se: whether it was reached
+    index: str = "SV"  # which index the values are: SV, SII, k-SII, STII, FSII, FBII, API, ...
+    max_order: int = 1  # highest order in `interactions`
+    interactions: Mapping[tuple[int, ...], float] | None = None  # player tuple -> term
+    output: int | None = None  # the one output explained, when values are [n] of one output
 
     @property
     def efficiency_gap(self) -> np.ndarray:
-        """|sum(values) + v(empty) - v(all)| per output."""
+        """|sum of every term + base_value - v(all)| per output (interactions when present)."""
+        if self.interactions is not None:
+            total = np.asarray(sum(self.interactions.values()), dtype=np.float64)
+            return np.abs(total + self.base_value - self.full_value)
         return np.abs(self.values.sum(axis=0) + self.base_value - self.full_value)

@@ -8,13 +8,15 @@ own training cover, not from background rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from explainers.estimators.base import Estimate
 from explainers.explanation import OptionError
-from models.base import TreeEnsemble
+
+if TYPE_CHECKING:
+    from models.base import TreeEnsemble
 
 
 def tree_shapley(tree: TreeEnsemble, inputs: np.ndarray) -> list[Estimate]:
@@ -35,18 +37,9 @@ def tree_shapley(tree: TreeEnsemble, inputs: np.ndarray) -> list[Estimate]:
     ]
 
 
-@dataclass(frozen=True)
-class TreeInteractions:
-    """Pairwise Shapley interaction index (SII) of one row and one output."""
-
-    first_order: np.ndarray  # [n]: the Shapley values (SII of singletons)
-    pairs: dict[tuple[int, int], float]  # SII of each pair i < j
-    base_value: float
-    full_value: float
-
-
-def tree_sii(tree: TreeEnsemble, inputs: np.ndarray, output: int) -> list[TreeInteractions]:
-    """SII up to order 2 from the library's SHAP interaction values.
+def tree_sii(tree: TreeEnsemble, inputs: np.ndarray, output: int) -> list[Estimate]:
+    """SII up to order 2 of one output from the library's SHAP interaction values: one Estimate
+    per row, values [n] (the Shapley values), interactions of every player and pair.
 
     Those split each pair's interaction evenly between [i, j] and [j, i] (Lundberg et al. 2020),
     so SII(i, j) = 2 Phi[i, j]; the row sums of Phi are the Shapley values.
@@ -60,15 +53,25 @@ def tree_sii(tree: TreeEnsemble, inputs: np.ndarray, output: int) -> list[TreeIn
     out = []
     for row, full in zip(phi[:, output], margins[:, output], strict=True):
         n = row.shape[0] - 1
+        first = row[:n, :n].sum(axis=1) + row[:n, n]
+        terms: dict[tuple[int, ...], float] = {(i,): float(first[i]) for i in range(n)}
         iu, ju = np.triu_indices(n, k=1)
+        terms.update(
+            ((int(i), int(j)), float(2 * row[i, j])) for i, j in zip(iu, ju, strict=True)
+        )
         out.append(
-            TreeInteractions(
-                first_order=row[:n, :n].sum(axis=1) + row[:n, n],
-                pairs={
-                    (int(i), int(j)): float(2 * row[i, j]) for i, j in zip(iu, ju, strict=True)
-                },
-                base_value=float(row[n, n]),
-                full_value=float(full),
+            Estimate(
+                values=first,
+                base_value=np.asarray(float(row[n, n])),
+                full_value=np.asarray(float(full)),
+                exact=True,
+                n_evaluations=1,
+                n_coalitions=0,
+                estimator="tree",
+                index="SII",
+                max_order=2,
+                interactions=terms,
+                output=output,
             )
         )
     return out

@@ -9,9 +9,11 @@ import pytest
 import shapiq
 
 from explainers import shapley_values
+from explainers.estimators.base import Estimate
 from explainers.games import BudgetError
 from explainers.interactions import INDICES, interaction_values
 from explainers.mobius import mobius_transform
+from explainers.shapley_runs import pick
 
 EFFICIENT = ["k-SII", "STII", "FSII"]
 
@@ -51,7 +53,7 @@ def test_efficient_indices_sum_to_total(index: str, order: int) -> None:
     table = random_table(7, seed=order)
     res = interaction_values(table_game(table), 7, index=index, max_order=order)
     assert res.exact
-    assert sum(res.values.values()) == pytest.approx(table[-1] - table[0], abs=1e-10)
+    assert sum(res.interactions.values()) == pytest.approx(table[-1] - table[0], abs=1e-10)
     assert res.efficiency_gap < 1e-10
 
 
@@ -68,7 +70,7 @@ def test_order_one_is_shapley(index: str) -> None:
     else:
         expected = shapley_values(table_game(table), 6, estimator="exact").values
     res = interaction_values(table_game(table), 6, index=index, max_order=1)
-    np.testing.assert_allclose(res.first_order(6), expected, atol=1e-12)
+    np.testing.assert_allclose(res.values, expected, atol=1e-12)
 
 
 @pytest.mark.parametrize("index", ["k-SII", "STII", "FSII"])
@@ -76,16 +78,16 @@ def test_k_additive_game_gives_moebius(index: str) -> None:
     table, dividends = k_additive_table(6, 2, seed=1)
     res = interaction_values(table_game(table), 6, index=index, max_order=2)
     for key, value in dividends.items():
-        assert res.values[key] == pytest.approx(value, abs=1e-10)
+        assert res.interactions[key] == pytest.approx(value, abs=1e-10)
 
 
 def test_sii_pair_equals_moebius_without_higher_terms() -> None:
     table, dividends = k_additive_table(5, 2, seed=4)
     res = interaction_values(table_game(table), 5, index="SII", max_order=2)
     for key in combinations(range(5), 2):
-        assert res.values[key] == pytest.approx(dividends[key], abs=1e-10)
+        assert res.interactions[key] == pytest.approx(dividends[key], abs=1e-10)
     dividends_all = mobius_transform(table[:, None])[:, 0]
-    assert res.baseline_value == pytest.approx(dividends_all[0])
+    assert res.base_value == pytest.approx(dividends_all[0])
 
 
 @pytest.mark.parametrize("index", INDICES)
@@ -98,9 +100,9 @@ def test_equals_shapiq_exact_computer(index: str, seed: int) -> None:
     for order in [1, 2, 3] if index != "SV" else [1]:
         ours = interaction_values(game, n, index=index, max_order=order)
         ref = computer(index=index, order=order)
-        worst = max(abs(v - ref[key]) for key, v in ours.values.items())
+        worst = max(abs(v - ref[key]) for key, v in ours.interactions.items())
         assert worst < 1e-8, (index, order, worst)
-        assert abs(ours.baseline_value - ref.baseline_value) < 1e-8
+        assert abs(ours.base_value - ref.baseline_value) < 1e-8
 
 
 @pytest.mark.parametrize(
@@ -123,7 +125,7 @@ def test_sampled_estimates_respect_budget_and_converge(index: str, estimator: st
         calls["rows"] += np.atleast_2d(masks).shape[0]
         return table_game(table)(masks)
 
-    exact = interaction_values(table_game(table), n, index=index, max_order=2).values
+    exact = interaction_values(table_game(table), n, index=index, max_order=2).interactions
     errors = []
     for budget in [300, 1000]:
         calls["rows"] = 0
@@ -132,7 +134,8 @@ def test_sampled_estimates_respect_budget_and_converge(index: str, estimator: st
         )
         assert not res.exact
         assert res.n_evaluations == calls["rows"] <= budget
-        errors.append(np.sqrt(np.mean([(res.values[k] - v) ** 2 for k, v in exact.items()])))
+        sq = [(res.interactions[k] - v) ** 2 for k, v in exact.items()]
+        errors.append(np.sqrt(np.mean(sq)))
     assert errors[1] < errors[0]
 
 
@@ -152,7 +155,7 @@ def test_permutation_uses_its_budget_on_the_memoised_game(index: str) -> None:
     # Without the larger nominal budget about a quarter is used; repeats among short prefixes
     # keep small games from using all of it.
     assert 0.5 * 800 <= res.n_evaluations <= 800
-    assert len(res.values) == n + n * (n - 1) // 2  # unsampled terms are present, as 0
+    assert len(res.interactions) == n + n * (n - 1) // 2  # unsampled terms are present, as 0
 
 
 def test_stii_default_is_permutation() -> None:
@@ -160,3 +163,33 @@ def test_stii_default_is_permutation() -> None:
     game = table_game(random_table(n, seed=9))
     res = interaction_values(game, n, index="STII", budget=500)
     assert res.estimator.startswith("permutation") and res.n_evaluations <= 500
+
+
+def test_interactions_and_shapley_values_share_one_result_type() -> None:
+    table = random_table(5, seed=2)
+    sv = shapley_values(table_game(table), 5, estimator="exact")
+    res = interaction_values(table_game(table), 5, index="k-SII", max_order=2)
+    assert type(sv) is type(res) is Estimate
+    assert (sv.index, sv.max_order, sv.interactions, sv.output) == ("SV", 1, None, None)
+    assert (res.index, res.max_order, res.output) == ("k-SII", 2, 0)
+    assert res.interactions is not None
+    np.testing.assert_allclose(res.values, [res.interactions[(i,)] for i in range(5)])
+    np.testing.assert_allclose(res.base_value, table[0])
+    np.testing.assert_allclose(res.full_value, table[-1])
+
+
+def test_the_response_field_writes_player_tuples_as_strings() -> None:
+    """Only the explanation's `interactions` field (the HTTP body) keys terms by "i,j"."""
+    table = random_table(4, seed=5)
+    res = interaction_values(table_game(table), 4, index="STII", max_order=2)
+    explanation = pick(res, None, None)  # type: ignore[arg-type]  # one output: no model needed
+    assert explanation.interactions is not None and res.interactions is not None
+    assert explanation.interactions["index"] == "STII"
+    assert explanation.interactions["max_order"] == 2
+    assert explanation.interactions["values"] == {
+        ",".join(map(str, key)): v for key, v in res.interactions.items()
+    }
+    assert list(explanation.interactions["values"])[:5] == ["0", "1", "2", "3", "0,1"]
+    np.testing.assert_allclose(explanation.values, res.values)
+    assert explanation.base_value == pytest.approx(float(table[0]))
+    assert explanation.approximation_error < 1e-10

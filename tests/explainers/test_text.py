@@ -167,7 +167,8 @@ def test_every_estimator_and_index_runs_on_the_text_game(model: TextModel) -> No
     for index in ("k-SII", "STII", "FSII"):
         res = interaction_values(game, n, index=index, max_order=2, output=0)
         assert res.exact and res.efficiency_gap < 1e-8
-        assert len(res.values) == n + n * (n - 1) // 2
+        assert res.interactions is not None and len(res.values) == n
+        assert len(res.interactions) == n + n * (n - 1) // 2
 
 
 def test_explain_options_fit_the_modality(model: TextModel) -> None:
