@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, PayloadTooLarge, from_library
 from app.inputs import resolve_target, to_array
 from app.schemas import request_model, spec_fields
+from explainers.context import RunContext
 from explainers.evaluation import EvaluateOptions, Metric, evaluate
 from explainers.evaluation import evaluate_result as _evaluate_result
 from explainers.explanation import ExplainResult, Explanation
@@ -53,16 +54,17 @@ def split_evaluate(spec: ExplainerSpec, params: Any) -> tuple[Any, EvaluateOptio
     return own, evaluate
 
 
-def attach_evaluation(p: Prepared, result: ExplainResult) -> ExplainResult:
+def attach_evaluation(p: Prepared, result: ExplainResult, context: RunContext) -> ExplainResult:
     """Figures for a computed explanation (the explain hook); sensitivity re-runs its explainer."""
     spec, req = p.spec, p.req
     if p.evaluate is None:
         return result
 
     def rerun(xs: np.ndarray, out: int) -> np.ndarray:
-        again = spec.run(
+        again = spec.explain(
             p.model,
             xs,
+            context,
             options=p.options,
             target=out,
             seed=req.seed,

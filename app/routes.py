@@ -280,7 +280,7 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
             key = memo_key = None
             length = request.headers.get("content-length", "")
             small = length.isdigit() and int(length) <= INLINE_BODY_BYTES
-            inline = svc.inline_model(model, body) if small else None
+            inline = svc.inline_model(model, spec, body) if small else None
             if inline is not None and use_cache and int(length) <= MEMO_BODY_BYTES:
                 memo_key = (inline.version, model, spec.name, await request.body())
                 key = request.app.state.key_memo.get(memo_key)

@@ -16,25 +16,23 @@ from app.errors import (
     ApiError,
     GatewayTimeout,
     InvalidInput,
-    NotFound,
     PayloadTooLarge,
     from_library,
 )
 from app.evaluate import attach_evaluation, split_evaluate
 from app.inputs import check_range, resolve_target, to_array
-from app.jobs.store import JobStore
+from app.jobs.store import JobStore, learned_baseline
 from app.logging import current_request_id
 from app.metrics import Metrics
 from app.schemas import ExplainRequestBase, spec_fields
 from app.settings import Settings
-from explainers import cocoa
 from explainers.budget import ceiling
 from explainers.caveats import with_caveats
+from explainers.context import Artifacts, NotTrainedError, RunContext
 from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
 from explainers.registry import ExplainerSpec, get_explainer, unsupported
-from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
 
@@ -82,9 +80,19 @@ class ExplainService:
         self.settings = settings
         self.registry = registry
         self.cache = cache
-        cocoa.use_store(cache)  # COCOA caches corpus and foil mean embeddings here
         self.metrics = metrics
         self.jobs: JobStore | None = None  # set when a job store exists (learned baselines)
+
+    @property
+    def context(self) -> RunContext:
+        """What this app's explainers get (explainers/context.py): the cache, trained artifacts
+        in the model store (read now: the registry's store is set after construction), and
+        learned baselines from the job store."""
+        return RunContext(
+            store=self.cache,
+            artifacts=Artifacts(self.settings.model_dir, self.registry.store),
+            baselines=lambda model, ref: learned_baseline(self.jobs, model, ref),
+        )
 
     def model(self, name: str) -> Model:
         try:
@@ -160,8 +168,7 @@ class ExplainService:
                 out_of_range = dict.fromkeys(range(len(inputs)), message) | out_of_range
         target = resolve_target(model, req.target)
         params, evaluate = split_evaluate(spec, params)
-        options = self._resolve_refs(model, params)
-        options = self._pin_artifact(model, options)
+        options = self._pin(spec, model, params)
         key = cache_key(
             {
                 "model": model.name,
@@ -217,18 +224,17 @@ class ExplainService:
             out_of_range,
         )
 
-    def inline_model(self, model_name: str, req: ExplainRequestBase) -> Model | None:
+    def inline_model(
+        self, model_name: str, spec: ExplainerSpec, req: ExplainRequestBase
+    ) -> Model | None:
         """The model when prepare(lookup=False) runs without I/O for this request: a loaded
-        built-in, no learned baseline to read from the job store, no trained artifact to pin
-        (the event loop may call it then; the HTTP route also bounds the body's size)."""
+        built-in, options that the explainer's pin leaves alone (no learned baseline or trained
+        artifact to read) (the event loop may call it then; the route bounds the body's size)."""
         if model_name not in self.registry.builtin_names():
             return None  # registered models: the registry may read the shared store
-        model = self.registry.peek(model_name)[0]
-        params = getattr(req, "parameters", None)
-        masker = getattr(params, "masker", None)
-        if getattr(masker, "ref", None) is not None or isinstance(params, SalvageOptions):
+        if spec.pin is not None and spec.pin.applies(getattr(req, "parameters", None)):
             return None
-        return model  # None while not loaded: loading may take seconds
+        return self.registry.peek(model_name)[0]  # None while not loaded: loading takes seconds
 
     def compute(self, p: Prepared) -> Outcome:
         """Run the explainer for a prepared request and store a cacheable answer."""
@@ -236,9 +242,10 @@ class ExplainService:
         start = time.perf_counter()
         try:
             with deadline(p.deadline), ceiling(self.settings.max_budget):
-                result = spec.run(
+                result = spec.explain(
                     model,
                     p.inputs,
+                    self.context,
                     options=p.options,
                     target=p.target,
                     seed=req.seed,
@@ -247,7 +254,7 @@ class ExplainService:
                     **p.fields,
                 )
                 result = with_caveats(model, p.inputs, result, p.out_of_range)
-                result = attach_evaluation(p, result)
+                result = attach_evaluation(p, result, self.context)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
                 f"timeout_ms={req.timeout_ms} passed before an answer (the sampled Shapley "
@@ -278,44 +285,21 @@ class ExplainService:
         body["id"] = p.request_id
         return Outcome(body, body["meta"]["cache"])
 
-    def _pin_artifact(self, model: Model, options: Any) -> Any:
-        """Amortized explainers: name the trained artifact that answers (part of the cache key,
-        so retraining never serves stale answers); 409 when none is trained."""
-        if not isinstance(options, SalvageOptions):
+    def _pin(self, spec: ExplainerSpec, model: Model, options: Any) -> Any:
+        """Bind the options to stored state (explainers/context.py Pin): part of the cache key,
+        so that retraining or relearning never serves stale answers; 409 when nothing is
+        trained yet."""
+        if spec.pin is None or not spec.pin.applies(options):
             return options
         try:
-            return options.pinned(
-                SalvageStore(self.settings.model_dir / "salvage", self.registry.store), model
-            )
+            return spec.pin.bind(model, options, self.context)
         except NotTrainedError as exc:
-            body = json.dumps({"kind": "train-salvage", "model": model.name})
+            train = json.dumps({"kind": spec.train_job, "model": model.name})
             raise ApiError(
-                f"{exc}; train one with POST /v2/jobs {body}", code="explainer_not_trained"
+                f"{exc}; train one with POST /v2/jobs {train}", code="explainer_not_trained"
             ).with_status(409) from None
-
-    def _resolve_refs(self, model: Model, options: Any) -> Any:
-        """Replace `masker.ref` (a learn-baseline job id) by the learned values."""
-        masker = getattr(options, "masker", None)
-        if masker is None or masker.ref is None:
-            return options
-        job = self.jobs.get(masker.ref) if self.jobs is not None else None
-        if job is None or job.kind != "learn-baseline" or job.model != model.name:
-            raise NotFound(
-                f"no learned baseline {masker.ref!r} for model {model.name!r}",
-                code="unknown_baseline",
-            )
-        if job.status != "succeeded":
-            raise ApiError(f"baseline job {job.id} is {job.status}", code="baseline_not_ready")
-        learned = self.jobs.all_results(job.id)[0]  # type: ignore[union-attr]
-        if learned["model_version"] != model.version:
-            raise ApiError(
-                f"baseline {job.id} was learned for model version {learned['model_version']}, "
-                f"not {model.version}; learn it again",
-                code="stale_baseline",
-            )
-        return options.model_copy(
-            update={"masker": masker.model_copy(update={"value": learned["baseline"]})}
-        )
+        except (ExplainerError, ModelError) as exc:
+            raise from_library(exc) from exc
 
     @staticmethod
     def _shape(

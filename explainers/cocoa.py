@@ -16,12 +16,13 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from explainers.budget import default_budget
+from explainers.context import KeyValueStore, RunContext
 from explainers.estimators.registry import (
     EstimatorChoice,
     SamplerName,
@@ -41,23 +42,6 @@ from models.base import Model, TextModel
 VERSION = "2"  # 2: one blur for every explainer (edges repeated; images only)
 MAX_SET = 5000  # rows in a corpus or foil
 log = logging.getLogger(__name__)
-
-
-class KeyValueStore(Protocol):
-    """Where mean embeddings are cached (the service injects its Redis or in-process cache)."""
-
-    def get(self, key: str) -> str | None: ...
-
-    def set(self, key: str, value: str) -> None: ...
-
-
-_store: KeyValueStore | None = None
-
-
-def use_store(store: KeyValueStore | None) -> None:
-    """Cache corpus and foil mean embeddings in `store` (None: no cache)."""
-    global _store
-    _store = store
 
 
 class CocoaFields(BaseModel):
@@ -164,7 +148,6 @@ def mean_embedding(
 ) -> tuple[np.ndarray, str]:
     """Mean (unit-normalised first when `normalize`) embedding of rows, and the cache status."""
     key = f"cocoa:mean:v1:{int(normalize)}:{_digest(model, rows)}"
-    store = store if store is not None else _store
     if store is not None:
         try:
             hit = store.get(key)
@@ -259,10 +242,12 @@ def explain(
     seed: int = 0,
     budget: int | None = None,
     background: np.ndarray | None = None,
-    store: KeyValueStore | None = None,
+    context: RunContext | None = None,
 ) -> ExplainResult:
-    """COCOA attributions of explicands `inputs` (the model's native rows)."""
+    """COCOA attributions of explicands `inputs` (the model's native rows); corpus and foil
+    mean embeddings are cached in `context.store` when there is one."""
     _check(model, options, target, background)
+    store = None if context is None else context.store
     normalize = options.similarity == "cosine"
     corpus_rows = rows_of(model, corpus, "corpus")
     if foil == "auto":
@@ -393,5 +378,4 @@ __all__ = [
     "explain",
     "mean_embedding",
     "pairwise_score",
-    "use_store",
 ]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from explainers import attribot, cocoa, gradients, rankshap, salvage_store, shapley, sufficient, uni
+from explainers.context import LEARNED_BASELINE, Pin, RunContext
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
 from models.base import Model
@@ -36,6 +39,21 @@ class ExplainerSpec:
     # Capabilities a model needs beyond its modality: "differentiable" (input gradients of torch
     # weights), "classifier". The catalog of a model lists exactly the explainers it satisfies.
     needs: tuple[str, ...] = ()
+    # True when `run` takes `context=` (explainers/context.py: a store, artifacts, baselines).
+    uses_context: bool = False
+    # Binds the options to stored state before the cache key is made: a learned baseline's
+    # values, the trained artifact that answers (raises NotTrainedError when none is).
+    pin: Pin | None = None
+    # The job kind that trains this explainer's artifacts (named in the 409 before training).
+    train_job: str | None = None
+
+    def explain(
+        self, model: Model, inputs: np.ndarray, context: RunContext, **kwargs: Any
+    ) -> ExplainResult:
+        """`run`, with the run context when the explainer takes one."""
+        if self.uses_context:
+            kwargs["context"] = context
+        return self.run(model, inputs, **kwargs)
 
 
 class UnsupportedModelError(ExplainerError):
@@ -81,6 +99,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         shapley.explain,
         "Shapley values of features, image patches or words: exact, permutation or KernelSHAP",
         "Lundberg & Lee 2017; Castro et al. 2009; Musco & Witter 2025",
+        pin=LEARNED_BASELINE,
     ),
     ExplainerSpec(
         "integrated-gradients",
@@ -125,6 +144,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "by Shapley values of patches or words, or integrated gradients",
         "Lin, Chen, Kim & Lee, ICLR 2023",
         fields=cocoa.CocoaFields,
+        uses_context=True,
     ),
     ExplainerSpec(
         "salvage",
@@ -136,6 +156,9 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "forward pass (train it with a train-salvage job)",
         "Naouar et al., ICLR 2025; Covert, Kim & Lee, ICLR 2023; Jethani et al., ICLR 2022",
         needs=("differentiable", "classifier"),
+        uses_context=True,
+        pin=salvage_store.PIN,
+        train_job="train-salvage",
     ),
     ExplainerSpec(
         "attribot",
@@ -160,6 +183,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "Carter et al. 2019 (Sufficient Input Subsets); Ribeiro et al. 2018 (Anchors); SST, "
         "ICLR 2025",
         needs=("classifier",),
+        pin=LEARNED_BASELINE,
     ),
 )
 

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from explainers import salvage, salvage_inference
+from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
-from explainers.games import ExplainerError
 from explainers.maskers import patch_groups
 from explainers.options import ExplainerOptions
 from models.base import Model
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 
 VERSION = "1"
 KIND = "salvage"  # the artifact kind in the model store
-
-
-class NotTrainedError(ExplainerError):
-    """No trained artifact fits the model version and the requested configuration."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +75,11 @@ class SalvageStore:
     def __init__(self, root: Path, db: ModelStore | None = None) -> None:
         self.root = root
         self.db = db
+
+    @classmethod
+    def within(cls, artifacts: Artifacts) -> SalvageStore:
+        """The Salvage artifacts of a run context's artifact store (`root/salvage/`)."""
+        return cls(artifacts.folder(KIND), artifacts.db)
 
     def _dir(self, model: str, version: str, artifact: str = "") -> Path:
         path = self.root / _safe(model) / _safe(version)
@@ -239,8 +240,6 @@ class SalvageOptions(ExplainerOptions):
     sampler: Literal["informed", "kernel", "uniform"] | None = Field(
         None, description="pick the newest artifact trained with this sampler"
     )
-    _store: SalvageStore | None = PrivateAttr(None)
-
     def pinned(self, store: SalvageStore, model: Model) -> SalvageOptions:
         """These options bound to the artifact they select (raises NotTrainedError)."""
         candidates = [
@@ -257,15 +256,20 @@ class SalvageOptions(ExplainerOptions):
                 f"{model.version}{f' matching {wanted}' if wanted else ''}"
             )
         chosen = candidates[0]
-        out = self.model_copy(
+        return self.model_copy(
             update={
                 "artifact": chosen.id,
                 "objective": chosen.config["objective"],
                 "sampler": chosen.config["sampler"],
             }
         )
-        out._store = store
-        return out
+
+
+def _pin(model: Model, options: SalvageOptions, context: RunContext) -> SalvageOptions:
+    return options.pinned(SalvageStore.within(context.need_artifacts("salvage")), model)
+
+
+PIN = Pin(_pin)  # every request names its artifact: part of the cache key
 
 
 def explain(
@@ -277,15 +281,17 @@ def explain(
     seed: int = 0,
     budget: int | None = None,
     background: np.ndarray | None = None,
+    context: RunContext | None = None,
 ) -> ExplainResult:
-    """Values from a trained explainer: one explainer pass and one surrogate row per image."""
+    """Values from a trained explainer (options pinned to an artifact of `context`'s store):
+    one explainer pass and one surrogate row per image."""
     del seed, budget  # deterministic, and the cost is fixed
     if background is not None:
         raise OptionError("salvage takes no background: absent patches are zeroed")
-    store = options._store
-    if store is None or options.artifact is None:
+    artifacts = (context or RunContext()).need_artifacts("salvage")
+    if options.artifact is None:
         raise NotTrainedError("salvage options are not bound to a trained artifact")
-    trained = store.load(model, options.artifact)
+    trained = SalvageStore.within(artifacts).load(model, options.artifact)
     out = salvage_inference.amortized(trained, inputs)
     if target is not None and not 0 <= target < model.n_outputs:
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
@@ -318,4 +324,4 @@ def explain(
     return ExplainResult(tuple(explanations), tuple(names), echo, 1, True)
 
 
-__all__ = ["NotTrainedError", "SalvageOptions", "SalvageStore", "explain"]
+__all__ = ["PIN", "NotTrainedError", "SalvageOptions", "SalvageStore", "explain"]

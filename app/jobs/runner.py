@@ -322,7 +322,7 @@ def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
 
     model = ctx.service.model(job.model)
     opts = salvage.SalvageTrainOptions(**job.request["parameters"])
-    store = SalvageStore(ctx.service.settings.model_dir / "salvage", ctx.service.registry.store)
+    store = SalvageStore.within(ctx.service.context.need_artifacts("salvage"))
     inputs = job.request.get("inputs")
     info = None if inputs else store.info(model.name, model.version, opts.digest())
     if info is None:

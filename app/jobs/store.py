@@ -25,6 +25,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from app.errors import ApiError, NotFound
+from models.base import Model
+
 FINISHED = ("succeeded", "failed", "cancelled")
 
 
@@ -260,4 +263,24 @@ class JobStore:
             s.query(JobRow).delete()
 
 
-__all__ = ["FINISHED", "Job", "JobStore", "Session"]
+def learned_baseline(store: JobStore | None, model: Model, ref: str) -> Any:
+    """The values a succeeded learn-baseline job `ref` learned for this model version (the run
+    context's baseline lookup: explainers/context.py)."""
+    job = store.get(ref) if store is not None else None
+    if store is None or job is None or job.kind != "learn-baseline" or job.model != model.name:
+        raise NotFound(
+            f"no learned baseline {ref!r} for model {model.name!r}", code="unknown_baseline"
+        )
+    if job.status != "succeeded":
+        raise ApiError(f"baseline job {job.id} is {job.status}", code="baseline_not_ready")
+    learned = store.all_results(job.id)[0]
+    if learned["model_version"] != model.version:
+        raise ApiError(
+            f"baseline {job.id} was learned for model version {learned['model_version']}, "
+            f"not {model.version}; learn it again",
+            code="stale_baseline",
+        )
+    return learned["baseline"]
+
+
+__all__ = ["FINISHED", "Job", "JobStore", "Session", "learned_baseline"]

@@ -347,7 +347,7 @@ def test_matrix_listed_pairs_answer_unlisted_pairs_refuse(matrix: Matrix) -> Non
             status, code, report = post(client, name, spec.name, body)
             if spec.name in listed:
                 expected, want = (
-                    (409, "explainer_not_trained") if spec.name == "salvage" else (200, None)
+                    (409, "explainer_not_trained") if spec.train_job else (200, None)
                 )
             else:
                 refusal = unsupported(spec, model)

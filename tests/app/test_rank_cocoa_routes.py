@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from explainers import cocoa
 from models.builtin import dataset_split
 from models.rankers import bm25_scores
 from models.registry import ModelRegistry
@@ -294,7 +293,6 @@ def test_cocoa_mean_embeddings_live_in_redis(
     digits: dict[str, list[Any]],
 ) -> None:
     settings = Settings(model_dir=model_dir, redis_url=redis_server.url, job_queue="inprocess")
-    previous = cocoa._store  # the newest app's cache is COCOA's store: restore it afterwards
     body = {"corpus": digits["corpus"], "foil": digits["foil"], "parameters": {"patch_size": 4}}
     with TestClient(create_app(settings, registry)) as c:
         first = c.post(
@@ -307,6 +305,28 @@ def test_cocoa_mean_embeddings_live_in_redis(
         second = c.post(
             "/v2/models/digits-encoder/explain/cocoa", json={**body, "inputs": digits["x"][1:2]}
         )
-    cocoa.use_store(previous)
     meta = second.json()["meta"]
     assert meta["corpus"]["embedding_cache"] == "hit" == meta["foil"]["embedding_cache"]
+
+
+def test_two_apps_do_not_share_cocoa_embeddings(
+    registry: ModelRegistry, model_dir: Path, digits: dict[str, list[Any]]
+) -> None:
+    """Each app's explainers get its own cache (the run context), not the newest app's."""
+    settings = Settings(model_dir=model_dir, redis_url=None, job_queue="inprocess")
+    body = {"corpus": digits["corpus"], "foil": digits["foil"], "parameters": {"patch_size": 4}}
+    url = "/v2/models/digits-encoder/explain/cocoa"
+
+    def embedding_cache(c: TestClient, row: int) -> tuple[str, str]:
+        r = c.post(url, json={**body, "inputs": digits["x"][row : row + 1]})
+        assert r.status_code == 200, r.text
+        meta = r.json()["meta"]
+        return meta["corpus"]["embedding_cache"], meta["foil"]["embedding_cache"]
+
+    with (
+        TestClient(create_app(settings, registry)) as first,
+        TestClient(create_app(settings, registry)) as second,
+    ):
+        assert embedding_cache(first, 0) == ("miss", "miss")
+        assert embedding_cache(second, 1) == ("miss", "miss")  # its own, empty cache
+        assert embedding_cache(first, 2) == ("hit", "hit")

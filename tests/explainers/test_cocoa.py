@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,11 @@ import pytest
 
 from explainers import cocoa
 from explainers.cocoa import CocoaOptions, pairwise_score
+from explainers.context import RunContext
 from explainers.explanation import OptionError
 from models.base import Model, TextModel
 from models.builtin import dataset_split
 from models.encoders import load_digits_encoder, load_minilm_encoder
-
-
-@pytest.fixture(autouse=True)
-def no_global_store() -> Iterator[None]:
-    """No store unless a test passes one (an app built by another test may have injected one)."""
-    previous = cocoa._store
-    cocoa.use_store(None)
-    yield
-    cocoa.use_store(previous)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +66,7 @@ def _run(model: Model, x: Any, corpus: Any, foil: Any, **opts: Any) -> cocoa.Exp
         corpus=corpus.tolist() if isinstance(corpus, np.ndarray) else corpus,
         foil=foil.tolist() if isinstance(foil, np.ndarray) else foil,
         budget=budget,
-        store=store,
+        context=RunContext(store=store),
     )
 
 

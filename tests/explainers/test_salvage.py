@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from explainers import salvage, salvage_inference, salvage_masks
+from explainers.context import Artifacts, RunContext
 from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore, explain
 from explainers.shapley import shapley_values
 from models.base import Model
@@ -180,12 +181,13 @@ def test_values_track_exact_shapley(trained: salvage.Trained, held_out: np.ndarr
 def test_store_round_trip_and_versions(
     digits: Model, trained: salvage.Trained, held_out: np.ndarray, tmp_path: Path
 ) -> None:
-    store = SalvageStore(tmp_path)
+    artifacts = Artifacts(tmp_path)  # a run context's artifact store: Salvage's under salvage/
+    store = SalvageStore.within(artifacts)
     with pytest.raises(NotTrainedError, match="train"):
         SalvageOptions().pinned(store, digits)
     info = store.save(digits, trained)
     assert info.id == trained.id and store.list(digits.name, digits.version)[0].id == info.id
-    loaded = SalvageStore(tmp_path).load(digits, info.id)
+    loaded = SalvageStore.within(artifacts).load(digits, info.id)
     a = salvage_inference.amortized(trained, held_out[:5])
     b = salvage_inference.amortized(loaded, held_out[:5])
     np.testing.assert_array_equal(a.values, b.values)
@@ -193,7 +195,9 @@ def test_store_round_trip_and_versions(
     assert opts.artifact == info.id and opts.objective == "distribution"
     with pytest.raises(NotTrainedError):
         SalvageOptions(objective="squared").pinned(store, digits)
-    result = explain(digits, held_out[:2], options=opts, target=4)
+    result = explain(
+        digits, held_out[:2], options=opts, target=4, context=RunContext(artifacts=artifacts)
+    )
     e = result.explanations[0]
     assert e.output_index == 4 and e.n_model_evals == 1 and e.approximation_error < 1e-4
     assert result.player_names[0] == "patch_0_0" and len(e.values) == 16
