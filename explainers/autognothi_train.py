@@ -1,0 +1,273 @@
+"""Training AutoGnothi's side network with a FastSHAP objective on cached coalitions.
+
+Wang et al. (ICLR 2025, AutoGnothi) train a side network beside a frozen transformer to output
+Shapley values; the objective is FastSHAP's (Jethani et al., ICLR 2022): for coalitions S drawn
+from the Shapley kernel, minimise (v(S) - v(empty) - sum_{i in S} phi_i(x))^2 with phi
+efficiency-projected, whose minimiser is the Shapley values. The game v is `shapley`'s text
+game on the same model (words deleted: explainers/games/text.py), evaluated once per coalition
+before training (each sentence has a fixed set of kernel-drawn coalitions and their
+complements), and the frozen encoder's hidden states are computed once per sentence: the model
+is never trained and its weights are checked unchanged (a hash before and after).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from explainers import autognothi_corpus as corpus
+from explainers.autognothi_net import Encoded, SideNet, empty_texts, encode, runner, word_values
+from explainers.explanation import OptionError
+from explainers.games.text import text_games
+from explainers.mobius import mobius_transform, shapley_from_mobius
+from explainers.salvage_masks import kernel_masks
+from models.base import TextModel, weights_hash
+
+TRAINING_VERSION = "1"
+ENCODE_BATCH = 64  # texts per frozen-encoder pass while caching hidden states
+Progress = Callable[[dict[str, Any]], bool]  # a progress record -> keep going?
+
+
+class AutoGnothiTrainOptions(BaseModel):
+    """Training configuration of an AutoGnothi side network; defaults are ours (2-core CPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+    sentences: int = Field(400, ge=8, le=2000, description="generated training sentences")
+    max_words: int = Field(10, ge=2, le=40, description="longest training sentence, in words")
+    pairs: int = Field(
+        24, ge=1, le=256, description="Shapley-kernel coalitions (and complements) per sentence"
+    )
+    epochs: int = Field(80, ge=1, le=2000)
+    batch_size: int = Field(32, ge=1, le=1024, description="sentences per step")
+    lr: float = Field(1e-3, gt=0, le=1, description="Adam learning rate")
+    width: int = Field(64, ge=8, le=512, description="side network width")
+    heads: int = Field(4, ge=1, le=16)
+    held_out: int = Field(
+        16, ge=0, le=200, description="held-out sentences with exact Shapley values (metrics)"
+    )
+    held_out_words: int = Field(8, ge=2, le=12, description="longest held-out sentence")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+    def digest(self, data_id: str = "vader") -> str:
+        """An artifact's id within a model version: the configuration, the data, the code."""
+        text = json.dumps([self.model_dump(mode="json"), data_id, TRAINING_VERSION])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A trained side network with what it needs to explain."""
+
+    net: SideNet  # eval mode
+    options: AutoGnothiTrainOptions
+    metrics: dict[str, Any] = field(default_factory=dict)
+    history: tuple[dict[str, Any], ...] = ()
+    data_id: str = "vader"  # or the SHA-256 of the sentences it was given
+
+    @property
+    def id(self) -> str:
+        return self.options.digest(self.data_id)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The cached game: per sentence its coalitions and v(S) - v(empty), padded to w words."""
+
+    masks: torch.Tensor  # [m, K, w] bool
+    gains: torch.Tensor  # [m, K, C]
+    full: torch.Tensor  # [m, C] v(N)
+    empty: torch.Tensor  # [m, C] v(empty)
+
+
+def targets(
+    model: TextModel, texts: list[str], pairs: int, gen: torch.Generator, width: int
+) -> Targets:
+    """Kernel-drawn coalitions of each text and their values, in one batched model call."""
+    games = text_games(model, texts)
+    masks = torch.zeros(len(texts), 2 * pairs, width, dtype=torch.bool)
+    rows: list[str] = []
+    for i, game in enumerate(games):
+        half = kernel_masks(game.n_players, pairs, gen)  # [pairs, n]
+        both = torch.stack([half, ~half], dim=1).reshape(2 * pairs, game.n_players)
+        masks[i, :, : game.n_players] = both
+        rows += [game.compose(row) for row in both.numpy()]
+        rows += [game.text, game.compose(np.zeros(game.n_players, dtype=bool))]
+    unique = list(dict.fromkeys(rows))
+    where = {t: i for i, t in enumerate(unique)}
+    probs = torch.from_numpy(np.asarray(model.predict_texts(unique), dtype=np.float32))
+    values = probs[[where[t] for t in rows]].reshape(len(texts), 2 * pairs + 2, -1)
+    full, empty = values[:, -2], values[:, -1]
+    return Targets(masks, values[:, :-2] - empty[:, None], full, empty)
+
+
+def fastshap_loss(phi: torch.Tensor, t: Targets, word_mask: torch.Tensor) -> torch.Tensor:
+    """n * mean squared error of the additive prediction on the cached coalitions (FastSHAP).
+    phi [b, w, C] (projected), masks [b, K, w], gains [b, K, C]."""
+    pred = t.masks.to(phi.dtype) @ phi  # [b, K, C]
+    n = word_mask.sum(dim=1).to(phi.dtype)  # [b]
+    return (n * ((pred - t.gains) ** 2).mean(dim=(1, 2))).mean()
+
+
+def _cat(parts: list[Encoded], width: int, n_words: int) -> Encoded:
+    """Encoder passes of several batches, padded to `width` tokens and `n_words` words."""
+
+    def pad(x: torch.Tensor, dims: dict[int, int]) -> torch.Tensor:
+        spec = [0, 0] * x.dim()
+        for d, size in dims.items():
+            spec[2 * (x.dim() - 1 - d) + 1] = size - x.shape[d]
+        return torch.nn.functional.pad(x, spec)
+
+    return Encoded(
+        torch.cat([pad(p.hidden, {2: width}) for p in parts]),
+        torch.cat([pad(p.token_mask, {1: width}) for p in parts]),
+        torch.cat([pad(p.words, {1: n_words, 2: width}) for p in parts]),
+        torch.cat([pad(p.word_mask, {1: n_words}) for p in parts]),
+        torch.cat([p.probs for p in parts]),
+    )
+
+
+def _take(enc: Encoded, t: Targets, idx: torch.Tensor) -> tuple[Encoded, Targets]:
+    sub = Encoded(enc.hidden[idx], enc.token_mask[idx], enc.words[idx], enc.word_mask[idx],
+                  enc.probs[idx])  # fmt: skip
+    return sub, Targets(t.masks[idx], t.gains[idx], t.full[idx], t.empty[idx])
+
+
+def encode_all(model: TextModel, texts: list[str]) -> Encoded:
+    """The frozen encoder's pass over every text, in batches, padded to a common shape."""
+    parts = [encode(model, texts[s : s + ENCODE_BATCH]) for s in range(0, len(texts), ENCODE_BATCH)]
+    width = max(p.hidden.shape[2] for p in parts)
+    n_words = max(p.words.shape[1] for p in parts)
+    return _cat(parts, width, n_words)
+
+
+def exact_shapley(model: TextModel, texts: list[str]) -> list[np.ndarray]:
+    """Exact word Shapley values [n, C] of each text: `shapley`'s game, every coalition."""
+    out = []
+    for game in text_games(model, texts):
+        n = game.n_players
+        masks = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(bool)  # bit order
+        out.append(shapley_from_mobius(mobius_transform(game(masks))))  # as estimators/exact
+    return out
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum() + 1e-30))
+
+
+def train(
+    model: TextModel,
+    options: AutoGnothiTrainOptions,
+    texts: list[str] | None = None,
+    progress: Progress | None = None,
+) -> Trained | None:
+    """Train a side network for a frozen text classifier; None if `progress` stops it.
+
+    `texts`: training sentences (default: generated from the VADER lexicon)."""
+    opts = options
+    run = runner(model)
+    before = weights_hash(model.module)
+    vocabulary = frozenset(run.tokenizer.get_vocab())
+    data_id = "vader"
+    if texts is None:
+        texts = corpus.sentences(opts.sentences, opts.seed, False, opts.max_words, vocabulary)
+    else:
+        data_id = hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()
+    if len(texts) < 2:
+        raise OptionError("AutoGnothi needs at least 2 training sentences")
+    held = corpus.sentences(opts.held_out, opts.seed, True, opts.held_out_words, vocabulary)
+    start = time.perf_counter()
+    history: list[dict[str, Any]] = []
+    record: dict[str, Any]
+
+    def report(record: dict[str, Any]) -> bool:
+        record["seconds"] = round(time.perf_counter() - start, 3)
+        history.append(record)
+        return progress is None or progress(record)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(opts.seed)
+        gen = torch.Generator().manual_seed(opts.seed)
+        enc = encode_all(model, texts)
+        tg = targets(model, texts, opts.pairs, gen, enc.words.shape[1])
+        exact = exact_shapley(model, held) if held else []
+        held_enc = encode_all(model, held) if held else None
+        held_empty = _probs(model, empty_texts(model, held)) if held else None
+        rows = int(tg.masks.shape[0] * (tg.masks.shape[1] + 2))
+        record = {"phase": "targets", "sentences": len(texts), "held_out_sentences": len(held),
+                  "model_rows": rows}  # fmt: skip
+        if not report(record):
+            return None
+        net = SideNet(enc.hidden.shape[1], enc.hidden.shape[3], tg.full.shape[1],
+                      opts.width, opts.heads)  # fmt: skip
+        optimiser = torch.optim.Adam(net.parameters(), lr=opts.lr)
+        for epoch in range(opts.epochs):
+            net.train()
+            losses = []
+            for idx in torch.randperm(len(texts), generator=gen).split(opts.batch_size):
+                sub, t = _take(enc, tg, idx)
+                phi = word_values(net, sub, t.full, t.empty)
+                loss = fastshap_loss(phi, t, sub.word_mask)
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                losses.append(loss.item())
+            net.eval()
+            record = {"phase": "side", "epoch": epoch, "loss": float(np.mean(losses))}
+            if (
+                held_enc is not None
+                and held_empty is not None
+                and (epoch % 10 == 9 or epoch == opts.epochs - 1)
+            ):
+                record.update(held_out(net, held_enc, held_empty, exact))
+            if not report(record):
+                return None
+    if weights_hash(model.module) != before:  # cannot happen: nothing optimises the model
+        raise RuntimeError("the frozen model's weights changed during AutoGnothi training")
+    final = {k: v for r in history for k, v in r.items() if k.startswith("held_out_")}
+    metrics = {
+        **final,
+        "train_sentences": len(texts),
+        "coalitions_per_sentence": 2 * opts.pairs,
+        "model_rows": history[0]["model_rows"],
+        "train_seconds": round(time.perf_counter() - start, 3),
+        "model_weights": before,
+        "corpus": corpus.source() if data_id == "vader" else "request",
+        "torch_threads": torch.get_num_threads(),
+    }
+    return Trained(net, opts, metrics, tuple(history), data_id)
+
+
+def _probs(model: TextModel, texts: list[str]) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(model.predict_texts(texts), dtype=np.float32))
+
+
+def held_out(
+    net: SideNet, enc: Encoded, empty: torch.Tensor, exact: list[np.ndarray]
+) -> dict[str, float]:
+    """Agreement with exact Shapley values for the predicted class: Pearson over every word
+    of every sentence, the mean per-sentence Pearson, and the RMSE."""
+    with torch.inference_mode():
+        phi = word_values(net, enc, enc.probs, empty).numpy()
+    predicted = enc.probs.argmax(dim=1).numpy()
+    ours, truth, per = [], [], []
+    for i, values in enumerate(exact):
+        c, n = int(predicted[i]), len(values)
+        ours.append(phi[i, :n, c])
+        truth.append(values[:, c])
+        if n > 1:
+            per.append(pearson(ours[-1], truth[-1]))
+    a, b = np.concatenate(ours), np.concatenate(truth)
+    return {
+        "held_out_pearson": pearson(a, b),
+        "held_out_pearson_per_sentence": float(np.mean(per)) if per else float("nan"),
+        "held_out_rmse": float(np.sqrt(np.mean((a - b) ** 2))),
+    }

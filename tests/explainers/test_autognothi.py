@@ -1,0 +1,132 @@
+"""AutoGnothi on sentiment-minilm as a library: the frozen-encoder pass, the generated corpus,
+a tiny side network's training (model weights unchanged, seeded determinism, efficiency) and
+held-out accuracy against exact word Shapley values."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from explainers import autognothi_corpus, autognothi_net, autognothi_train
+from explainers.autognothi_train import AutoGnothiTrainOptions
+from explainers.explanation import OptionError
+from explainers.games.text import word_spans
+from models.base import weights_hash
+
+TINY = {"sentences": 24, "pairs": 4, "epochs": 3, "batch_size": 8, "held_out": 0, "seed": 5}
+TEXTS = ["The food was awful but the staff were very friendly.", "A lovely, quiet hotel!"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny(text_model: Any) -> autognothi_train.Trained:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = autognothi_train.train(text_model, AutoGnothiTrainOptions(**TINY))
+    finally:
+        torch.set_num_threads(threads)
+    assert out is not None
+    return out
+
+
+def test_one_encoder_pass_gives_the_models_probabilities_and_word_players(text_model: Any) -> None:
+    texts = [*TEXTS, "Don't go."]
+    enc = autognothi_net.encode(text_model, texts)
+    np.testing.assert_allclose(
+        enc.probs.numpy(), text_model.predict_texts(texts), rtol=1e-5, atol=1e-6
+    )
+    assert enc.hidden.shape[1] == 7  # the embeddings and six layers of MiniLM-L6
+    for i, text in enumerate(texts):
+        n = len(word_spans(text))
+        assert int(enc.word_mask[i].sum()) == n
+        per_word = enc.words[i, :n].sum(dim=1)
+        assert (per_word >= 1).all()  # every word has its tokens
+        assert int(enc.words[i].sum()) <= int(enc.token_mask[i].sum()) - 2  # no [CLS], [SEP]
+    # "Don't" is one word of three tokens (don ' t); the final "." belongs to no word.
+    assert enc.words[2, 0].sum().item() == 3
+    assert enc.words[2].sum().item() == 4
+
+
+def test_corpus_is_seeded_and_holds_out_its_own_words() -> None:
+    a = autognothi_corpus.sentences(30, seed=1)
+    assert a == autognothi_corpus.sentences(30, seed=1)
+    assert a != autognothi_corpus.sentences(30, seed=2)
+    assert len(set(a)) == 30
+    assert all(2 <= len(word_spans(s)) <= 10 for s in a)
+    train, held = autognothi_corpus.lexicon(False), autognothi_corpus.lexicon(True)
+    for slot in ("adjectives", "adverbs", "nouns", "verbs"):
+        assert not set(getattr(train, slot)) & set(getattr(held, slot))
+    assert autognothi_corpus.source().startswith("vaderSentiment ")
+
+
+def test_training_leaves_the_model_unchanged_and_is_seeded(
+    text_model: Any, tiny: autognothi_train.Trained
+) -> None:
+    before = weights_hash(text_model.module)
+    again = autognothi_train.train(text_model, AutoGnothiTrainOptions(**TINY))
+    assert again is not None
+    assert weights_hash(text_model.module) == before == tiny.metrics["model_weights"]
+    a, b = _values(text_model, tiny), _values(text_model, again)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    other = autognothi_train.train(text_model, AutoGnothiTrainOptions(**{**TINY, "seed": 6}))
+    assert other is not None
+    assert not np.allclose(a, _values(text_model, other), atol=1e-4)
+    # Efficiency: every class's values add up to v(N) - v(empty).
+    empty = text_model.predict_texts(autognothi_net.empty_texts(text_model, TEXTS))
+    full = text_model.predict_texts(TEXTS)
+    np.testing.assert_allclose(a.sum(axis=1), full - empty, rtol=1e-5, atol=1e-6)
+
+
+def _values(model: Any, trained: autognothi_train.Trained) -> np.ndarray:
+    """Projected word values [m, w, C] of TEXTS (0 on padding words)."""
+    enc = autognothi_net.encode(model, TEXTS)
+    empty = model.predict_texts(autognothi_net.empty_texts(model, TEXTS))
+    with torch.inference_mode():
+        phi = autognothi_net.word_values(
+            trained.net, enc, enc.probs, torch.from_numpy(np.asarray(empty, dtype=np.float32))
+        )
+    return phi.numpy()
+
+
+def test_only_bert_encoder_classifiers(text_model: Any) -> None:
+    wrapped = dataclasses.replace(text_model, predict_texts=lambda t: text_model.predict_texts(t))
+    with pytest.raises(OptionError, match="BERT-encoder"):
+        autognothi_train.train(wrapped, AutoGnothiTrainOptions(**TINY))
+
+
+def test_held_out_agreement_beats_an_untrained_side_network(text_model: Any) -> None:
+    """A small training run on generated sentences; held-out sentences carry sentiment words
+    no training sentence has. The untrained network (same architecture and projection) is the
+    trivial baseline."""
+    opts = AutoGnothiTrainOptions(
+        sentences=60, pairs=8, epochs=25, batch_size=16, held_out=10, held_out_words=6, seed=0
+    )
+    trained = autognothi_train.train(text_model, opts)
+    assert trained is not None
+    vocabulary = frozenset(autognothi_net.runner(text_model).tokenizer.get_vocab())
+    held = autognothi_corpus.sentences(10, 0, True, 6, vocabulary)
+    exact = autognothi_train.exact_shapley(text_model, held)
+    enc = autognothi_train.encode_all(text_model, held)
+    empty = text_model.predict_texts(autognothi_net.empty_texts(text_model, held))
+    empty_t = torch.from_numpy(np.asarray(empty, dtype=np.float32))
+    ours = autognothi_train.held_out(trained.net, enc, empty_t, exact)
+    torch.manual_seed(0)
+    untrained = autognothi_net.SideNet(7, 384, 2, opts.width, opts.heads).eval()
+    baseline = autognothi_train.held_out(untrained, enc, empty_t, exact)
+    assert ours["held_out_pearson"] == pytest.approx(trained.metrics["held_out_pearson"], 1e-5)
+    assert ours["held_out_pearson"] > 0.6
+    assert ours["held_out_pearson"] > baseline["held_out_pearson"] + 0.2
+    assert ours["held_out_rmse"] < baseline["held_out_rmse"]
