@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     explain_workers: int = 2  # concurrent explanations being computed
     io_workers: int = 32  # concurrent validations and cache look-ups
     torch_threads: int = 1
+    device: str = Field(
+        "auto",
+        description="where torch models, language models and gradient explainers compute: "
+        "auto (the first CUDA device if torch sees one, else the CPU), cpu, cuda or cuda:<k>; "
+        "an explicit CUDA device this machine lacks stops the start",
+    )
     max_pending_explains: int = Field(
         64, ge=1, description="explanations queued or running; beyond: 503 with Retry-After"
     )
@@ -77,3 +83,15 @@ class Settings(BaseSettings):
     )
     user_model_dir: Path = Field(default_factory=lambda: _cache_root() / "user-models")
     max_model_bytes: int = 64 * 1024 * 1024
+
+    @field_validator("device")
+    @classmethod
+    def _device_exists(cls, value: str) -> str:
+        """auto | cpu | cuda | cuda:k, and a CUDA device must exist (checked at start)."""
+        from models.device import DeviceError, resolve_device  # torch: only when set
+
+        try:
+            resolve_device(value)
+        except DeviceError as exc:
+            raise ValueError(str(exc)) from None
+        return value.strip().lower()

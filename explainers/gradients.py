@@ -56,9 +56,10 @@ def score_function(model: Model, output: Output) -> Score:
     """The differentiable scores: the model's outputs, or a classifier's logits.
 
     Classifiers end in a softmax (models/base.py); `logit` drops that last layer, which needs a
-    `torch.nn.Sequential` whose last module is `torch.nn.Softmax`.
+    `torch.nn.Sequential` whose last module is `torch.nn.Softmax`. Inputs move to the model's
+    device (a no-op on the CPU); gradients flow back to them through the move.
     """
-    module = model.module
+    module, device = model.module, model.device
     if output == "logit":
         if model.task != "classification":
             raise OptionError("output 'logit' applies to classifiers; this model is a regressor")
@@ -71,7 +72,7 @@ def score_function(model: Model, output: Output) -> Score:
             )
         module = module[:-1]
     net = module
-    return lambda x: net(x).reshape(x.shape[0], -1)
+    return lambda x: net(x.to(device)).reshape(x.shape[0], -1)
 
 
 def quadrature(method: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,8 +115,8 @@ def input_gradients(
                 raise NotDifferentiableError("the model's output does not depend on its input")
             # Gradients w.r.t. the input only: the model's parameters never receive .grad.
             (grad,) = torch.autograd.grad(out.sum(), chunk)
-        grads[start : start + chunk.shape[0]] = grad.numpy()
-        scores[start : start + chunk.shape[0]] = out.detach().numpy()
+        grads[start : start + chunk.shape[0]] = grad.cpu().numpy()
+        scores[start : start + chunk.shape[0]] = out.detach().cpu().numpy()
     return grads, scores
 
 
@@ -131,7 +132,7 @@ def scores_at(score: Score, x: np.ndarray, batch_size: int) -> np.ndarray:
     with torch.no_grad():  # not inference_mode: a TorchScript module could keep its tensors
         for start in range(0, x.shape[0], batch_size):
             chunk = torch.tensor(x[start : start + batch_size], dtype=torch.float32)
-            parts.append(score(chunk).double().numpy())
+            parts.append(score(chunk).double().cpu().numpy())
     return np.concatenate(parts)
 
 

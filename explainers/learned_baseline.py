@@ -16,6 +16,8 @@ from functools import partial
 import numpy as np
 import torch
 
+from models.base import module_device
+
 EPS = 1e-16  # the paper's clip, for modules whose logits we cannot take (float64)
 
 
@@ -58,13 +60,19 @@ def low_order_objective(
     low_order: float,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """L(b) for explicands x [N, d] with targets [N]; differentiable in `baseline` [d]."""
+    """L(b) for explicands x [N, d] with targets [N]; differentiable in `baseline` [d].
+
+    Computed on the module's device (the tensors move there; the value stays there); the
+    contexts come from `generator` on the CPU, so every device draws the same ones.
+    """
+    dev = module_device(module)
+    x, target, baseline = x.to(dev), target.to(dev), baseline.to(dev)
     n_rows, d = x.shape
     orders = range(max(1, int(low_order * d)))
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=dev)
     for i in range(d):
         for m in orders:
-            keep = torch.rand(n_rows, sample_num, d, generator=generator) < m / d
+            keep = (torch.rand(n_rows, sample_num, d, generator=generator) < m / d).to(dev)
             keep[:, :, i] = False
             with_i = keep.clone()
             with_i[:, :, i] = True

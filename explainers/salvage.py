@@ -256,9 +256,13 @@ def train(
     rng = np.random.default_rng(opts.seed)
     x_all = np.asarray(data, dtype=np.float32)[rng.permutation(len(data))][: opts.rows]
     n_val = max(1, round(len(x_all) * opts.held_out))
-    x_val, x_train = torch.from_numpy(x_all[:n_val]), torch.from_numpy(x_all[n_val:])
+    # Training runs where the classifier's weights are; random draws stay on the CPU's
+    # generator, so every device sees the same masks and batches.
+    dev = model.device
+    x_val = torch.from_numpy(x_all[:n_val]).to(dev)
+    x_train = torch.from_numpy(x_all[n_val:]).to(dev)
     groups_np, _ = patch_groups(model.input_shape, opts.patch_size)
-    groups = torch.from_numpy(groups_np.copy())
+    groups = torch.from_numpy(groups_np.copy()).to(dev)
     n = int(groups_np.max()) + 1
     start = time.perf_counter()
     history: list[dict[str, Any]] = []
@@ -281,7 +285,7 @@ def train(
         for epoch in range(0 if given else opts.surrogate_epochs):
             losses = []
             for idx in torch.randperm(len(x_train), generator=gen).split(opts.batch_size):
-                masks = uniform_size_masks(n, len(idx) * 2, gen).reshape(len(idx), 2, n)
+                masks = uniform_size_masks(n, len(idx) * 2, gen).reshape(len(idx), 2, n).to(dev)
                 out = log_probs(surrogate, masked(x_train[idx], masks, groups))
                 target = f_train[idx].repeat_interleave(2, dim=0)
                 loss = (target.exp() * (target - out)).sum(dim=1).mean()
@@ -296,10 +300,11 @@ def train(
             p.requires_grad_(False)
 
         with torch.no_grad():
-            empty_logp = log_probs(surrogate, torch.zeros(1, *model.input_shape))[0]
+            empty_logp = log_probs(surrogate, torch.zeros(1, *model.input_shape, device=dev))[0]
             g_train = log_probs(surrogate, x_train)
             g_val = log_probs(surrogate, x_val)
         explainer = ExplainerNet(model.input_shape, opts.patch_size, model.n_outputs, opts.hidden)
+        explainer.to(dev)  # initialised on the CPU (same weights everywhere), then moved
         opt = torch.optim.Adam(explainer.parameters(), lr=opts.lr)
         predicted = f_train.argmax(dim=1)
         for epoch in range(opts.explainer_epochs):
@@ -307,11 +312,11 @@ def train(
             losses = []
             for idx in torch.randperm(len(x_train), generator=gen).split(opts.batch_size):
                 psi = contributions(explainer, x_train[idx], opts)
-                scores = psi.detach()[torch.arange(len(idx)), :, predicted[idx]]
+                scores = psi.detach()[torch.arange(len(idx), device=dev), :, predicted[idx]]
                 masks = sample_masks(
-                    opts.sampler, n, len(idx), opts.pairs, gen, scores, opts.beta,
+                    opts.sampler, n, len(idx), opts.pairs, gen, scores.cpu(), opts.beta,
                     opts.informed_fraction,
-                )  # fmt: skip
+                ).to(dev)  # fmt: skip
                 with torch.no_grad():
                     target = log_probs(surrogate, masked(x_train[idx], masks, groups))
                 target = target.reshape(len(idx), masks.shape[1], -1)
@@ -337,9 +342,17 @@ def train(
         "n_players": n,
         "train_seconds": round(time.perf_counter() - start, 3),
         "torch_threads": torch.get_num_threads(),
+        "device": str(dev),
     }
     return Trained(
-        surrogate, explainer, groups_np, empty_logp.numpy(), opts, metrics, tuple(history), data_id
+        surrogate,
+        explainer,
+        groups_np,
+        empty_logp.cpu().numpy(),
+        opts,
+        metrics,
+        tuple(history),
+        data_id,
     )
 
 
@@ -359,7 +372,7 @@ def _held_out(
     gen = torch.Generator().manual_seed(12345)
     with torch.no_grad():
         psi = contributions(explainer, x, opts)
-        masks = sample_masks("kernel", n, len(x), 4, gen)
+        masks = sample_masks("kernel", n, len(x), 4, gen).to(x.device)
         target = log_probs(surrogate, masked(x, masks, groups)).reshape(len(x), 8, -1)
         loss = _loss(psi, masks, target, g_logp, empty_logp, opts.objective, opts.temperature)
         out = {"held_out_loss": float(loss)}

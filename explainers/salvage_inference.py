@@ -19,6 +19,7 @@ from explainers.salvage import (
     log_probs,
     masked,
 )
+from models.base import module_device
 
 
 @dataclass(frozen=True)
@@ -33,38 +34,43 @@ class Amortized:
 
 
 def amortized(trained: Trained, x: np.ndarray) -> Amortized:
-    """Values for every class of every image x [m, *input_shape]: one batched pass each."""
+    """Values for every class of every image x [m, *input_shape]: one batched pass each, on
+    the surrogate's device (the explainer's input moves to its own)."""
     opts = trained.options
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    empty_logp = torch.from_numpy(trained.empty_logp)
+    dev = module_device(trained.surrogate)
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
+    empty_logp = torch.from_numpy(trained.empty_logp).to(dev)
     with torch.inference_mode():
-        psi = contributions(trained.explainer, xt, opts)
+        psi = contributions(trained.explainer, xt.to(module_device(trained.explainer)), opts)
+        psi = psi.to(dev)
         full_logp = log_probs(trained.surrogate, xt)
         explainer_probs = None
         if opts.objective == "distribution":
             logits = centred(empty_logp)[None] + psi.sum(dim=1)
-            explainer_probs = F.softmax(logits, dim=1).numpy()
+            explainer_probs = F.softmax(logits, dim=1).cpu().numpy()
         full = game_values(full_logp, opts.objective)
         empty = game_values(empty_logp, opts.objective)
         values = efficiency_projection(psi, full, empty[None])
     return Amortized(
-        values.numpy().astype(np.float64),
-        empty.numpy().astype(np.float64),
-        full.numpy().astype(np.float64),
-        full_logp.exp().numpy(),
+        values.cpu().numpy().astype(np.float64),
+        empty.cpu().numpy().astype(np.float64),
+        full.cpu().numpy().astype(np.float64),
+        full_logp.exp().cpu().numpy(),
         explainer_probs,
     )
 
 
 def surrogate_game(trained: Trained, x: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """The game the explainer approximates, for one image: masks [m, n] -> values [m, C]."""
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None]
-    groups = torch.from_numpy(trained.groups.copy())
+    dev = module_device(trained.surrogate)
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None].to(dev)
+    groups = torch.from_numpy(trained.groups.copy()).to(dev)
 
     def game(masks: np.ndarray) -> np.ndarray:
-        mt = torch.from_numpy(np.asarray(masks, dtype=bool))[None]
+        mt = torch.from_numpy(np.asarray(masks, dtype=bool))[None].to(dev)
         with torch.inference_mode():
             logp = log_probs(trained.surrogate, masked(xt, mt, groups))
-            return game_values(logp, trained.options.objective).numpy().astype(np.float64)
+            values = game_values(logp, trained.options.objective)
+            return values.cpu().numpy().astype(np.float64)
 
     return game

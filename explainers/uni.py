@@ -308,14 +308,15 @@ def explain(
     score = score_function(model, options.output)
     echo: dict[str, Any] = options.model_dump()
     echo["pgd_step_size"] = options.pgd_step_size or echo["epsilon"] / 4
-    eps_t = torch.tensor(eps, dtype=torch.float32)[None]
+    device = model.device  # the copy, the PGD search and IG run where the weights are
+    eps_t = torch.tensor(eps, dtype=torch.float32, device=device)[None]
     explanations = []
     for row in inputs.astype(np.float32):
-        x = torch.from_numpy(row[None].copy())  # [1, *shape]
+        x = torch.from_numpy(row[None].copy()).to(device)  # [1, *shape]
         out = pick_target(model, target, model.predict(row[None])[0])
         unlearned, unlearning_evals, unlearned_ok = unlearned_output(model.module, x, out, options)
         xp, kls = match_baseline(model.module, x, unlearned, eps_t, options)
-        baseline = xp[0].numpy().astype(np.float64)
+        baseline = xp[0].cpu().numpy().astype(np.float64)
         attr = integrated_gradients(
             score, row.astype(np.float64), baseline[None], out, options.ig_steps, options.method
         )

@@ -33,6 +33,25 @@ def weights_hash(module: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where a module's weights are: its first parameter's (else buffer's) device, else the CPU."""
+    for param in module.parameters():
+        return param.device
+    for buffer in module.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def rows_for_memory(free_bytes: int, row_bytes: int, cap: int, share: float = 0.5) -> int:
+    """Rows of one forward pass that fit in `share` of a device's free memory, 1 to `cap`.
+
+    The other half is headroom for concurrent requests and the allocator's fragmentation.
+    """
+    if row_bytes <= 0:
+        return cap
+    return max(1, min(cap, int(free_bytes * share) // row_bytes))
+
+
 class TreeEnsemble(Protocol):
     """A gradient-boosted tree model read by its own library (XGBoost, LightGBM).
 
@@ -99,6 +118,9 @@ class Model:
     # directly (not through `module`), so float64 inputs reach e.g. LightGBM's float64 splits.
     predict_fn: Callable[[np.ndarray], np.ndarray] | None = None
     input_dtype: str = "float32"
+    # Device memory one row of a forward pass takes (measured on CUDA when the model is placed,
+    # models/device.py); 0: passes are `batch_size` rows.
+    row_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.version:
@@ -112,8 +134,25 @@ class Model:
     def n_outputs(self) -> int:
         return len(self.output_names)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model computes: its weights' device; the CPU for black boxes."""
+        if self.predict_fn is not None:
+            return torch.device("cpu")
+        return module_device(self.module)
+
+    def rows_per_pass(self) -> int:
+        """Rows per forward pass: `batch_size`, and on CUDA what fits in free device memory."""
+        device = self.device
+        if device.type != "cuda" or self.row_bytes <= 0:
+            return self.batch_size
+        free, _ = torch.cuda.mem_get_info(device)
+        return rows_for_memory(free, self.row_bytes, self.batch_size)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Batched forward pass without gradients; chunks of `batch_size` rows."""
+        """Batched forward pass without gradients, on the model's device; float32 [m, k] numpy.
+
+        Chunks of `rows_per_pass()` rows; a black box's function gets `batch_size` rows."""
         x = np.ascontiguousarray(x, dtype=self.input_dtype).reshape((-1, *self.input_shape))
         out = np.empty((x.shape[0], self.n_outputs), dtype=np.float32)
         if self.predict_fn is not None:
@@ -125,11 +164,12 @@ class Model:
             return out
         # no_grad, not inference_mode: a TorchScript module may keep constants it built on its
         # first call, and inference tensors cannot be saved for a later backward pass.
+        device, step = self.device, self.rows_per_pass()
         with torch.no_grad():
-            for start in range(0, x.shape[0], self.batch_size):
-                chunk = torch.from_numpy(x[start : start + self.batch_size])
+            for start in range(0, x.shape[0], step):
+                chunk = torch.from_numpy(x[start : start + step]).to(device)  # no-op on the CPU
                 out[start : start + chunk.shape[0]] = (
-                    self.module(chunk).reshape(chunk.shape[0], -1).numpy()
+                    self.module(chunk).reshape(chunk.shape[0], -1).cpu().numpy()
                 )
         return out
 

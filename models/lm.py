@@ -83,6 +83,7 @@ class LanguageModel(TextModel):
         ]  # tokens reused from the cache, per prompt
         out = np.empty(len(prompts))
         passes = tokens = 0
+        device = self.device
         with torch.inference_mode():
             for rows in _batches(starts, [len(p) + len(response) for p in prompts], batch_size):
                 start = min(starts[i] for i in rows)
@@ -93,9 +94,11 @@ class LanguageModel(TextModel):
                     ids[r, : len(s)] = torch.tensor(s)
                 past = None if prefix is None else prefix.expand(start, len(rows))
                 hidden = self.hf.model(
-                    input_ids=ids,
+                    input_ids=ids.to(device),
                     cache=past,
-                    position_ids=torch.arange(start, start + width).expand(len(rows), -1),
+                    position_ids=torch.arange(start, start + width, device=device).expand(
+                        len(rows), -1
+                    ),
                     use_cache=past is not None,
                 ).last_hidden_state  # [b, width, d]
                 for r, i in enumerate(rows):
@@ -122,7 +125,7 @@ class LanguageModel(TextModel):
         ids = prompt + response
         with torch.inference_mode():
             hidden = self.hf.model(
-                input_ids=torch.tensor([ids]), cache=cache, use_cache=True
+                input_ids=torch.tensor([ids], device=self.device), cache=cache, use_cache=True
             ).last_hidden_state[0]  # [len(ids), d]
             ll = self._sum_log_probs(hidden[len(prompt) - 1 : len(ids) - 1], response)
         layers = [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr]
@@ -131,19 +134,20 @@ class LanguageModel(TextModel):
     def _sum_log_probs(self, hidden: torch.Tensor, targets: list[int]) -> float:
         """Σ log p(target_t) from the hidden states that predict them ([n, d], n targets)."""
         logp = torch.log_softmax(self._logits(hidden).float(), dim=-1)
-        return float(logp.gather(1, torch.tensor(targets)[:, None]).double().sum().item())
+        index = torch.tensor(targets, device=logp.device)[:, None]
+        return float(logp.gather(1, index).double().sum().item())
 
     def generate(self, prompt: list[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation of `prompt` (token ids), without the EOS token."""
         with torch.inference_mode():
             out = self.hf.generate(
-                torch.tensor([prompt]),
-                attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
+                torch.tensor([prompt], device=self.device),
+                attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=self.device),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=self.tokenizer.pad_token_id,
             )
-        new = [int(t) for t in out[0, len(prompt) :]]
+        new = [int(t) for t in out[0, len(prompt) :].tolist()]
         eos = {self.tokenizer.eos_token_id, *np.atleast_1d(self.hf.generation_config.eos_token_id)}
         for k, token in enumerate(new):
             if token in eos:
@@ -278,12 +282,21 @@ _LOCKS: dict[tuple[str, Path], threading.Lock] = {}
 _GUARD = threading.Lock()
 
 
-def shared_language_model(name: str, cache_dir: Path) -> LanguageModel:
-    """The process's one copy of a built-in LM, loaded on first use."""
+def shared_language_model(
+    name: str, cache_dir: Path, device: torch.device | None = None
+) -> LanguageModel:
+    """The process's one copy of a built-in LM, loaded on first use (on the CPU); moved to
+    `device` when given (an AttriBoT proxy follows its target: `model.device`). The registry
+    moves the same copy when it loads the model."""
     key = (name, cache_dir.resolve())
     with _GUARD:
         lock = _LOCKS.setdefault(key, threading.Lock())
     with lock:
         if key not in _LOADED:
             _LOADED[key] = load_language_model(name, cache_dir)
-        return _LOADED[key]
+        lm = _LOADED[key]
+        if device is not None and lm.device != device:
+            from models.device import place
+
+            lm = _LOADED[key] = place(lm, device)
+        return lm

@@ -4,6 +4,7 @@ User models live in a `ModelStore` (the database every API process shares): the 
 what the store holds (its answer cached for about a second), builds a model on first use,
 rebuilds it when another process stored a new version and forgets it when one removed it.
 Models passed to `register` while the store does not list their name stay local to the process.
+Every torch model is moved to the registry's device when it enters (models/device.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from sqlalchemy.exc import SQLAlchemyError
 
 from models.base import Model, ModelNotReadyError, UnknownModelError
 from models.catalog import BUILTINS, BuiltinModel
+from models.device import place, resolve_device
 
 if TYPE_CHECKING:
     from models.store import ModelStore
@@ -45,7 +48,12 @@ class ModelRegistry:
         store: ModelStore | None = None,
         build: Build = _build_user_model,
         refresh_s: float = 1.0,
+        device: str | torch.device = "cpu",
     ) -> None:
+        """`device`: where torch models compute, a DEVICE setting (auto | cpu | cuda | cuda:k)
+        or a torch device; raises models.device.DeviceError when this machine has no such
+        device."""
+        self._device = resolve_device(device) if isinstance(device, str) else device
         names = [b.name for b in builtins]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -63,6 +71,11 @@ class ModelRegistry:
         self._synced: tuple[float, int] | None = None  # (monotonic time, store generation)
         self._sync_lock = threading.Lock()
         self._user_locks: dict[str, threading.Lock] = {}
+
+    @property
+    def device(self) -> torch.device:
+        """Where this registry's torch models compute."""
+        return self._device
 
     @property
     def store(self) -> ModelStore | None:
@@ -172,7 +185,7 @@ class ModelRegistry:
             if model is not None:
                 return model
             try:
-                model = builtin.load(self._cache_dir)
+                model = place(builtin.load(self._cache_dir), self._device)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 with self._lock:
@@ -216,7 +229,7 @@ class ModelRegistry:
             except SQLAlchemyError as exc:
                 raise ModelNotReadyError(f"model {name!r}: the store is unreachable") from exc
             try:
-                model = self._build(meta, files)
+                model = place(self._build(meta, files), self._device)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 with self._lock:
@@ -232,9 +245,10 @@ class ModelRegistry:
         """Add a user model, or replace the one of the same name; built-in names are reserved.
 
         Called after the model was saved to the store; a model the store does not list stays
-        local to this process."""
+        local to this process. The model is moved to the registry's device."""
         if model.name in self._builtins:
             raise ValueError(f"{model.name!r} is a built-in model and cannot be replaced")
+        model = place(model, self._device)
         self._sync(force=True)
         with self._lock:
             self._models[model.name] = model

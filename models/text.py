@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.base import TextModel, weights_hash
+from models.base import TextModel, module_device, weights_hash
 from models.bert import BertEncoder, load_bert
 
 NAME = "sentiment-minilm"
@@ -139,7 +139,7 @@ class TextRunner:
         return batches
 
     def embed(self, texts: list[str]) -> torch.Tensor:
-        """Unit sentence embeddings of texts. [m, d]"""
+        """Unit sentence embeddings of texts, on the CPU. [m, d]"""
         return self._run(texts, self.module.embed)
 
     def predict(self, texts: list[str]) -> np.ndarray:
@@ -151,6 +151,7 @@ class TextRunner:
     ) -> torch.Tensor:
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         out: torch.Tensor | None = None
+        device = module_device(self.module)  # where the registry placed the weights
         with torch.inference_mode():
             for rows in self._batches(ids):
                 width = len(ids[rows[-1]])
@@ -159,7 +160,9 @@ class TextRunner:
                 for r, i in enumerate(rows):
                     batch[r, : len(ids[i])] = ids[i]
                     mask[r, : len(ids[i])] = 1
-                values = fn(torch.from_numpy(batch), torch.from_numpy(mask)).float()
+                values = fn(
+                    torch.from_numpy(batch).to(device), torch.from_numpy(mask).to(device)
+                ).float().cpu()
                 if out is None:
                     out = torch.empty((len(texts), values.shape[1]))
                 out[torch.from_numpy(rows)] = values

@@ -17,6 +17,7 @@ import torch
 
 from models.base import Model
 from models.declaration import FORMATS, Declaration, InvalidModelError
+from models.device import place
 from models.remote import RemoteModule
 
 
@@ -38,11 +39,13 @@ def _model(decl: Declaration, module: torch.nn.Module, version: str, **extra: An
 
 
 def check_forward(model: Model) -> Model:
-    """A forward pass on two rows inside the input range must give finite [2, k] outputs."""
+    """A forward pass on two rows inside the input range, on the model's device, must give
+    finite [2, k] outputs."""
     low = 0.0 if model.input_range is None else model.input_range[0]
     try:
+        rows = torch.full((2, *model.input_shape), low, device=model.device)
         with torch.no_grad():  # the module itself: predict would broadcast a mismatch
-            out = model.module(torch.full((2, *model.input_shape), low)).numpy()
+            out = model.module(rows).cpu().numpy()
     except Exception as exc:
         raise InvalidModelError(
             f"test forward pass on shape {[2, *model.input_shape]} failed: {exc}"
@@ -158,8 +161,11 @@ def build_model(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
     return model
 
 
-def register(decl: Declaration, files: dict[str, bytes]) -> tuple[Model, dict[str, Any]]:
-    """Build and check a new registration; (the model, the meta to store with its files)."""
+def register(
+    decl: Declaration, files: dict[str, bytes], device: torch.device | None = None
+) -> tuple[Model, dict[str, Any]]:
+    """Build and check a new registration on `device` (default the CPU; a registry's
+    `device`): (the model, the meta to store with its files)."""
     meta = decl.as_dict()
     data = files.get("model", b"")
     if decl.format == "remote":
@@ -167,4 +173,9 @@ def register(decl: Declaration, files: dict[str, bytes]) -> tuple[Model, dict[st
     h = hashlib.sha256(data + files.get("background", b""))
     h.update(json.dumps({**meta, "name": None}, sort_keys=True).encode())
     meta["version"] = h.hexdigest()[:16]
-    return check_forward(build_model(meta, files)), meta
+    model = build_model(meta, files)
+    try:
+        model = place(model, device or torch.device("cpu"))
+    except RuntimeError as exc:  # e.g. a TorchScript archive that pinned its tensors to the CPU
+        raise InvalidModelError(f"the model cannot run on {device}: {exc}") from None
+    return check_forward(model), meta
