@@ -48,11 +48,12 @@ class ExplainerSpec:
     train_job: str | None = None
 
     def explain(
-        self, model: Model, inputs: np.ndarray, context: RunContext, **kwargs: Any
+        self, model: Model, inputs: np.ndarray, run_context: RunContext, /, **kwargs: Any
     ) -> ExplainResult:
-        """`run`, with the run context when the explainer takes one."""
+        """`run`, with the run context as `context=` when the explainer takes one (AttriBoT's
+        own `context` field is its prompt's context: it takes no run context)."""
         if self.uses_context:
-            kwargs["context"] = context
+            kwargs["context"] = run_context
         return self.run(model, inputs, **kwargs)
 
 
@@ -192,6 +193,9 @@ def _index(specs: tuple[ExplainerSpec, ...]) -> dict[str, ExplainerSpec]:
     index = {spec.name: spec for spec in specs}
     if len(index) != len(specs):
         raise ValueError("duplicate explainer names")
+    for spec in specs:
+        if spec.uses_context and spec.fields is not None and "context" in spec.fields.model_fields:
+            raise ValueError(f"{spec.name}: a request field named context hides the run context")
     return index
 
 
