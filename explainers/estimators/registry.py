@@ -13,13 +13,13 @@ from typing import Literal, get_args
 import numpy as np
 
 from explainers.budget import default_budget
-from explainers.estimators import exact, kernel, permutation, regression, rounds
+from explainers.estimators import exact, gp, kernel, permutation, regression, rounds
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 
 # Names for options models (pydantic Literals): the estimators below, and the kernel's samplers.
-EstimatorName = Literal["exact", "permutation", "kernel", "regression"]
+EstimatorName = Literal["exact", "permutation", "kernel", "regression", "gp"]
 EstimatorChoice = Literal["auto", EstimatorName]
 SamplerName = Literal["kernel", "leverage"]
 
@@ -41,6 +41,7 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
     ),
     EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
     EstimatorSpec("regression", regression.regression, regression.min_coalitions),
+    EstimatorSpec("gp", gp.gp, gp.min_coalitions),
 )
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
 if len(_BY_NAME) != len(ESTIMATORS):
