@@ -44,6 +44,7 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("gp", gp.gp, gp.min_coalitions),
 )
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
+GP_BELOW = 3  # auto: gp below this many coalitions per player (else kernel)
 if len(_BY_NAME) != len(ESTIMATORS):
     raise ValueError("duplicate estimator names")
 if set(_BY_NAME) != set(get_args(EstimatorName)):
@@ -55,17 +56,22 @@ SAMPLER_NAMES: tuple[str, ...] = get_args(SamplerName)
 def choose_estimator(
     estimator: str, n_players: int, budget: int, cost: int = 1, target: bool = False
 ) -> str:
-    """Resolve `auto` (exact when 2^n fits, else kernel) and check the budget suffices.
+    """Resolve `auto` (exact when 2^n fits, else gp below 3n coalitions, else kernel) and
+    check the budget suffices.
 
-    With a precision target, exact only when 2^n also fits the no-target default budget
-    (2n + 2048 coalitions); else `kernel` here and a race in `shapley_values`.
+    gp below 3n: KernelSHAP's regression is then nearly square (2n: n-1 pairs for n-1 free
+    values) and its error can exceed the values; the GP posterior is well posed and costs
+    milliseconds at that size (docs/benchmarks.md, issue 17). With a precision target, exact
+    only when 2^n also fits the no-target default budget (2n + 2048 coalitions); else `kernel`
+    here and a race in `shapley_values`.
     """
     coalitions = budget // cost
     if estimator == "auto":
         fits = exact.fits(n_players, coalitions)
         if target:
             fits = fits and (1 << n_players) <= default_budget(n_players)
-        estimator = "exact" if fits or n_players == 1 else "kernel"
+        few = not target and coalitions < GP_BELOW * n_players
+        estimator = "exact" if fits or n_players == 1 else "gp" if few else "kernel"
     if estimator not in _BY_NAME:
         raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
     if estimator == "exact" and n_players > exact.MAX_PLAYERS:
