@@ -19,7 +19,6 @@ import redis.asyncio
 
 log = logging.getLogger(__name__)
 ID_SLOT = b'"id": ""'  # where a stored answer's per-request id goes (json.dumps' separators)
-CACHE_SLOT = b'"cache": "miss"'  # meta.cache of a stored answer (stored only on a miss)
 
 
 def cache_key(parts: dict[str, Any]) -> str:
@@ -28,31 +27,39 @@ def cache_key(parts: dict[str, Any]) -> str:
     return "attr:v1:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
-def hit_answer(blob: bytes, request_id: str) -> bytes | None:
-    """The stored answer with this request's id and `"cache": "hit"` spliced in, without
-    decoding and re-encoding it; None when the blob is not in the stored layout.
+def spliced(blob: bytes, request_id: str, cache: str, was: str = "miss") -> bytes | None:
+    """An answer's JSON (ExplainResponse.to_json, id "" and meta.cache `was`) with this
+    request's id and meta.cache `cache` spliced in, without decoding and re-encoding it; None
+    when the blob is not in that layout.
 
-    The stored JSON comes from json.dumps: quotes inside strings are escaped, so the first
-    `"id": ""` is the top-level id (third key, after two strings) and the first
-    `"cache": "miss"` after it is meta.cache (meta's first keys before it are scalars).
+    json.dumps escapes quotes inside strings, so the first `"id": ""` is the top-level id (third
+    key, after two strings) and the first `"cache": "<was>"` after it is meta.cache (meta's
+    first keys before it are scalars).
     """
     if not blob.startswith(b'{"model_name": '):
         return None
+    slot = b'"cache": "' + was.encode() + b'"'  # hit, miss or bypass: nothing to escape
     at = blob.find(ID_SLOT)
-    flag = blob.find(CACHE_SLOT, at)
+    flag = blob.find(slot, at)
     if at < 0 or flag < 0:
         return None
-    rid = json.dumps(request_id).encode()
     return b"".join(
         (
             blob[:at],
             b'"id": ',
-            rid,
+            json.dumps(request_id).encode(),
             blob[at + len(ID_SLOT) : flag],
-            b'"cache": "hit"',
-            blob[flag + len(CACHE_SLOT) :],
+            b'"cache": "',
+            cache.encode(),
+            b'"',
+            blob[flag + len(slot) :],
         )
     )
+
+
+def hit_answer(blob: bytes, request_id: str) -> bytes | None:
+    """A stored answer (stored on a miss) as this request's hit."""
+    return spliced(blob, request_id, "hit")
 
 
 class Cache(Protocol):

@@ -191,14 +191,13 @@ def _run(svc: ExplainService, name: str, body: EvaluateRequest) -> dict[str, Any
             raise ApiError(
                 f"explainer: {exc.errors()[0]['msg']}", code="validation_error"
             ).with_status(422) from None
-        outcome = svc.explain(name, spec.name, req, use_cache=False)
-        meta = dict(outcome.body["meta"])
+        answer = svc.explain(name, spec.name, req, use_cache=False).response
         figures = [
-            {"output_index": e["output_index"], **e["details"]["evaluation"]}
-            for e in outcome.body["data"]["explanations"]
+            {"output_index": e.output_index, **(e.details or {})["evaluation"]}
+            for e in answer.data.explanations
         ]
-        info = meta.pop("evaluation")
-        info["explainer"] = meta
+        info = dict(answer.meta.evaluation or {})
+        info["explainer"] = answer.meta.model_dump(exclude_unset=True, exclude={"evaluation"})
     else:
         inputs = to_array(model, body.inputs, "inputs")
         background = None if body.background is None else to_array(model, body.background, "bg")

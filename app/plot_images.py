@@ -17,6 +17,7 @@ from app.errors import InvalidInput
 from app.plots import (
     NEGATIVE,
     POSITIVE,
+    Answer,
     Classes,
     View,
     auto_kind,
@@ -48,7 +49,7 @@ def _diverging() -> Any:
 
 
 def figure(
-    body: dict[str, Any], kind: str, index: int, max_features: int, classes: Classes = None
+    body: Answer, kind: str, index: int, max_features: int, classes: Classes = None
 ) -> Any:
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
@@ -69,7 +70,8 @@ def figure(
         shown = ax.imshow(matrix, cmap="bwr", norm=TwoSlopeNorm(0, vmin=-limit, vmax=limit))
         ax.set_xticks(range(len(v.names)), v.names, rotation=90)
         ax.set_yticks(range(len(v.names)), v.names)
-        fig.colorbar(shown, ax=ax, label=str(v.raw["interactions"].get("index", "interaction")))
+        index_name = (v.explanation.interactions or {}).get("index", "interaction")
+        fig.colorbar(shown, ax=ax, label=str(index_name))
         _margins(fig, kind, v.names)
     else:
         raise InvalidInput(f"unknown plot kind {kind!r}")
@@ -163,9 +165,9 @@ def segments(v: View) -> list[tuple[str, float | None]]:
     """The text in reading order as (piece, value): players with their values, the characters
     between them (spaces, punctuation, the final '.') with None. Without the source text, the
     players joined by spaces."""
-    text, players = v.raw.get("data"), v.raw.get("players") or []
-    spans = [(int(p["start"]), int(p["end"]), i) for i, p in enumerate(players)]
-    if isinstance(text, str) and all(text[s:e] == players[i]["text"] for s, e, i in spans):
+    text, players = v.explanation.data, v.explanation.players or []
+    spans = [(p.start, p.end, i) for i, p in enumerate(players)]
+    if isinstance(text, str) and all(text[s:e] == players[i].text for s, e, i in spans):
         out: list[tuple[str, float | None]] = []
         at = 0
         for start, end, i in sorted(spans):
@@ -229,7 +231,7 @@ def _text_figure(v: View) -> Any:
 
 
 def image_bytes(
-    body: dict[str, Any],
+    body: Answer,
     fmt: str,
     kind: str,
     index: int,

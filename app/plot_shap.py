@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from app.plots import Answer, typed
 from xai.results import text_tokens  # the client's helper: the same tokens on both sides
 
 
-def shap_arguments(body: dict[str, Any]) -> dict[str, Any]:
+def shap_arguments(body: Answer) -> dict[str, Any]:
     """Keyword arguments of shap.Explanation (as JSON lists) for every explanation of a response.
 
     Tabular and image players share names, so values are [m, n]; text players differ per
@@ -18,30 +19,31 @@ def shap_arguments(body: dict[str, Any]) -> dict[str, Any]:
     the tokens with their spacing (shap.plots.text joins them as written), feature_names the
     players' words.
     """
-    explanations = body["data"]["explanations"]
-    ragged = any(e.get("players") for e in explanations)
+    answer = typed(body)
+    explanations = answer.data.explanations
+    ragged = any(e.players for e in explanations)
     args: dict[str, Any] = {
-        "values": [e["values"] for e in explanations],
-        "base_values": [e["base_value"] for e in explanations],
+        "values": [e.values for e in explanations],
+        "base_values": [e.base_value for e in explanations],
         # each instance explains one output (its own target): shap's output_names and
         # output_indexes describe an output axis instead, so the names go to instance_names
-        "instance_names": [f"{i}: {e.get('output_name')}" for i, e in enumerate(explanations)],
+        "instance_names": [f"{i}: {e.output_name}" for i, e in enumerate(explanations)],
     }
     if ragged:
-        players = [e.get("players") or [] for e in explanations]
+        players = [[p.model_dump() for p in e.players or []] for e in explanations]
         args["data"] = [
-            text_tokens(e.get("data"), ps) for e, ps in zip(explanations, players, strict=True)
+            text_tokens(e.data, ps) for e, ps in zip(explanations, players, strict=True)
         ]
         args["feature_names"] = [[p["text"] for p in ps] for ps in players]
     else:
-        args["feature_names"] = list(body["data"]["feature_names"])
+        args["feature_names"] = list(answer.data.feature_names)
         n = len(args["feature_names"])
         data: list[list[Any] | None] = []
         for e in explanations:
-            flat = list(np.ravel(np.asarray(e["data"], dtype=object))) if e.get("data") else []
+            flat = list(np.ravel(np.asarray(e.data, dtype=object))) if e.data else []
             data.append(flat if len(flat) == n else None)
         if all(row is not None for row in data):
             args["data"] = data
-    if all(e.get("error_std") is not None for e in explanations):
-        args["error_std"] = [e["error_std"] for e in explanations]
+    if all(e.error_std is not None for e in explanations):
+        args["error_std"] = [e.error_std for e in explanations]
     return args

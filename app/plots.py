@@ -1,7 +1,8 @@
 """Plots of an explain response: the players and their labels and Vega-Lite specs (the
 matplotlib figures are in app/plot_images.py, shap.Explanation arguments in app/plot_shap.py).
 
-Everything here reads the response body only (API.md shape), so it serves every explainer:
+Everything here reads the typed answer only (app/schemas.py ExplainResponse: what the service
+returns, or the JSON an explain route answered), so it serves every explainer:
 players are features (bar, waterfall), pixels or patches of an image (heatmap), pieces of a text
 (highlighted words), and interaction terms (matrix).
 """
@@ -15,10 +16,12 @@ from typing import Any, Literal
 import numpy as np
 
 from app.errors import InvalidInput
+from app.schemas import ExplainResponse, ExplanationOut
 
 Kind = Literal["auto", "bar", "waterfall", "heatmap", "text", "interactions"]
 Format = Literal["png", "svg", "vega-lite", "shap"]
 Classes = list[tuple[str, float]] | None  # (class name, probability), most probable first
+Answer = ExplainResponse | dict[str, Any]  # typed, or an answer's JSON decoded
 VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 PATCH = re.compile(r"^patch_(\d+)_(\d+)$")
 POSITIVE, NEGATIVE = "#d62728", "#1f77b4"  # shap's convention: red raises the output
@@ -35,26 +38,32 @@ class View:
     output_name: str
     explainer: str
     additive: bool
-    raw: dict[str, Any]
+    explanation: ExplanationOut
     parameters: dict[str, Any]
     model: str = ""
     feature_values: list[Any] | None = None  # the instance's value per player (tables)
 
 
-def view(body: dict[str, Any], index: int) -> View:
-    explanations = body["data"]["explanations"]
+def typed(body: Answer) -> ExplainResponse:
+    """The typed answer (a decoded answer is validated once)."""
+    return body if isinstance(body, ExplainResponse) else ExplainResponse.model_validate(body)
+
+
+def view(body: Answer, index: int) -> View:
+    answer = typed(body)
+    explanations = answer.data.explanations
     if not 0 <= index < len(explanations):
         raise InvalidInput(f"index must be in [0, {len(explanations)}), got {index}")
     e = explanations[index]
-    names = list(body["data"]["feature_names"])
-    if e.get("players"):
-        names = [p["text"] for p in e["players"]]
-    values = np.asarray(e["values"], dtype=float)
-    numbers = [*values, e["base_value"], e["instance_output_value"]]
+    names = list(answer.data.feature_names)
+    if e.players:
+        names = [p.text for p in e.players]
+    values = np.asarray(e.values, dtype=float)
+    numbers = [*values, e.base_value, e.instance_output_value]
     if len(values) == 0 or not np.all(np.isfinite(numbers)):
         raise InvalidInput("an explanation needs finite values, base value and output to plot")
     with np.errstate(over="ignore"):  # waterfalls and summed tails add values up
-        running = np.cumsum(np.concatenate([[e["base_value"]], np.abs(values)]))
+        running = np.cumsum(np.concatenate([[e.base_value], np.abs(values)]))
     if not np.isfinite(running[-1]) or abs(float(running[-1])) > 1e300:
         raise InvalidInput("the values are too large to plot (their sum overflows)")
     if len(names) != len(values):
@@ -62,15 +71,15 @@ def view(body: dict[str, Any], index: int) -> View:
     return View(
         names=names,
         values=values,
-        base=float(e["base_value"]),
-        output=float(e["instance_output_value"]),
-        output_name=str(e.get("output_name", e.get("output_index", ""))),
-        explainer=str(body["meta"].get("explainer", "")),
-        additive=bool(body["meta"].get("additive", True)),
-        raw=e,
-        parameters=dict(body["meta"].get("parameters") or {}),
-        model=str(body.get("model_name", "")),
-        feature_values=_feature_values(e.get("data"), len(values)),
+        base=e.base_value,
+        output=e.instance_output_value,
+        output_name=e.output_name,
+        explainer=answer.meta.explainer,
+        additive=answer.meta.additive,
+        explanation=e,
+        parameters=answer.meta.parameters,
+        model=answer.model_name,
+        feature_values=_feature_values(e.data, len(values)),
     )
 
 
@@ -116,7 +125,7 @@ def labels(v: View, names: list[str]) -> list[str]:
 
 
 def auto_kind(v: View) -> str:
-    if v.raw.get("players"):
+    if v.explanation.players:
         return "text"
     if image_map(v, strict=False) is not None:
         return "heatmap"
@@ -126,7 +135,7 @@ def auto_kind(v: View) -> str:
 def image_of(v: View) -> np.ndarray | None:
     """The instance as [H, W] grey levels (channels averaged), or None if it is no image."""
     try:
-        data = np.asarray(v.raw.get("data"), dtype=float)
+        data = np.asarray(v.explanation.data, dtype=float)
     except (TypeError, ValueError):
         return None
     if data.ndim == 3:
@@ -165,7 +174,7 @@ def image_map(v: View, strict: bool = True) -> np.ndarray | None:
 
 def interaction_matrix(v: View) -> np.ndarray:
     """Order-1 and order-2 terms as a symmetric [n, n] matrix (main effects on the diagonal)."""
-    inter = v.raw.get("interactions")
+    inter = v.explanation.interactions
     if not inter or not isinstance(inter.get("values"), dict):
         raise InvalidInput("this explanation has no interactions (ask an interaction index)")
     n = len(v.values)
@@ -214,7 +223,7 @@ def waterfall_steps(v: View, max_features: int) -> list[dict[str, Any]]:
 
 
 def vega_lite(
-    body: dict[str, Any],
+    body: Answer,
     kind: str,
     index: int,
     max_features: int,

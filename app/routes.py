@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -226,11 +225,8 @@ async def cached_answer(
         return None, True
     svc.metrics.cache.labels("hit").inc()
     answer = hit_answer(blob, request_id)
-    if answer is None:  # not the layout json.dumps wrote: decode and encode once
-        body = json.loads(blob)
-        body["id"] = request_id
-        body["meta"]["cache"] = "hit"
-        answer = json.dumps(body).encode()
+    if answer is None:  # not the layout to_json writes: decode and encode once
+        answer = svc.cached(blob, request_id).json
     return answer, True
 
 
@@ -319,7 +315,11 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
             svc.metrics.duration.labels(label, spec.name, str(status)).observe(
                 time.perf_counter() - start
             )
-        return JSONResponse(outcome.body, headers={"X-Cache": outcome.cache.upper()})
+        return Response(
+            outcome.json,
+            media_type="application/json",
+            headers={"X-Cache": outcome.cache.upper()},
+        )
 
     handler.__annotations__["body"] = body_model  # resolved now, not as a string
     handler.__name__ = f"explain_{spec.name.replace('-', '_')}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -135,15 +136,15 @@ class ExplanationOut(BaseModel):
     details: dict[str, Any] | None = Field(
         None, description="explainer-specific outputs (a baseline, a ranking, spans, ...)"
     )
-    exact: bool
-    estimator: str
-    n_model_evals: int
     warnings: list[WarningOut] = Field(
         default_factory=list,
         description="reasons to trust this explanation less (empty when there are none): "
         "noisy_estimate, flat_game, input_out_of_range, estimator_fallback, "
         "baseline_not_reached, not_converged",
     )
+    exact: bool
+    estimator: str
+    n_model_evals: int
 
 
 class ExplainMeta(BaseModel):
@@ -201,12 +202,20 @@ class ExplainData(BaseModel):
 
 
 class ExplainResponse(BaseModel):
+    """An explain answer: what the service hands its callers (routes, evaluate, audits, plots)."""
+
     model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
     model_name: str
     model_version: str
     id: str
     meta: ExplainMeta
     data: ExplainData
+
+    def to_json(self) -> str:
+        """The JSON, made once: json.dumps' layout (app/cache.py splices a request's id and
+        meta.cache into stored answers), the fields that were set (meta keys an explainer did
+        not give stay out); ValueError on NaN or infinity, which JSON lacks."""
+        return json.dumps(self.model_dump(exclude_unset=True), allow_nan=False)
 
 
 class TensorMeta(BaseModel):

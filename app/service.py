@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from app.cache import Cache, CacheUnavailable, cache_key
+from app.cache import Cache, CacheUnavailable, cache_key, hit_answer, spliced
 from app.errors import (
     ApiError,
     GatewayTimeout,
@@ -24,7 +24,16 @@ from app.inputs import check_range, resolve_target, to_array
 from app.jobs.store import JobStore, learned_baseline
 from app.logging import current_request_id
 from app.metrics import Metrics
-from app.schemas import ExplainRequestBase, spec_fields
+from app.schemas import (
+    ExplainData,
+    ExplainMeta,
+    ExplainRequestBase,
+    ExplainResponse,
+    ExplanationOut,
+    PlayerOut,
+    WarningOut,
+    spec_fields,
+)
 from app.settings import Settings
 from explainers.budget import ceiling
 from explainers.caveats import with_caveats
@@ -45,12 +54,16 @@ def array_digest(arr: np.ndarray | None) -> str | None:
     return hashlib.sha256(str(arr.shape).encode() + arr.tobytes()).hexdigest()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    """A response body and how it was produced."""
+    """An answer: typed for the service's callers, and its JSON for HTTP (made once)."""
 
-    body: dict[str, Any]
-    cache: str
+    response: ExplainResponse  # with this request's id and meta.cache
+    json: bytes
+
+    @property
+    def cache(self) -> str:
+        return self.response.meta.cache
 
 
 @dataclass
@@ -202,10 +215,7 @@ class ExplainService:
                 hit = None
             if hit is not None:
                 self.metrics.cache.labels("hit").inc()
-                body = json.loads(hit)
-                body["id"] = request_id
-                body["meta"]["cache"] = "hit"
-                return Outcome(body, "hit")
+                return self.cached(hit.encode(), request_id)
             self.metrics.cache.labels(status).inc()
         return Prepared(
             model,
@@ -264,26 +274,38 @@ class ExplainService:
         except (ExplainerError, ModelError) as exc:
             raise from_library(exc) from exc
         elapsed = (time.perf_counter() - start) * 1000
-        body = self._shape(model, spec, req, result, elapsed, status)
-        self.metrics.model_evals.labels(model.name, spec.name).inc(body["meta"]["n_model_evals"])
-        if body["meta"]["partial"]:  # fewer samples than asked: never served again from cache
-            status = "bypass"
-            body["meta"]["cache"] = "bypass"
-        try:  # JSON has no NaN or infinity: a model that produced them gets a clear 400
-            blob = json.dumps(body, allow_nan=False)
+        if any(e.partial for e in result.explanations):  # fewer samples than asked: never
+            status = "bypass"  # served again from the cache
+        response = self._shape(model, spec, req, result, elapsed, status)
+        self.metrics.model_evals.labels(model.name, spec.name).inc(response.meta.n_model_evals)
+        try:
+            blob = response.to_json()
         except ValueError:
             raise ApiError(
                 "the explanation holds non-finite numbers (NaN or infinity): the model's outputs "
                 "overflow or are undefined for these inputs",
                 code="non_finite_output",
             ) from None
+        answered = status
         if status == "miss":
             try:
                 self.cache.set(p.key, blob)
             except CacheUnavailable:
-                body["meta"]["cache"] = "bypass"
-        body["id"] = p.request_id
-        return Outcome(body, body["meta"]["cache"])
+                answered = "bypass"
+        meta = response.meta.model_copy(update={"cache": answered})
+        answer = spliced(blob.encode(), p.request_id, answered, was=status)
+        if answer is None:  # to_json's layout always has both slots
+            raise RuntimeError("an answer without its id and cache slots")
+        return Outcome(response.model_copy(update={"id": p.request_id, "meta": meta}), answer)
+
+    @staticmethod
+    def cached(blob: bytes, request_id: str) -> Outcome:
+        """A stored answer as this request's cache hit (parsed once, for the typed result)."""
+        response = ExplainResponse.model_validate_json(blob)
+        meta = response.meta.model_copy(update={"cache": "hit"})
+        answer = hit_answer(blob, request_id)
+        typed = response.model_copy(update={"id": request_id, "meta": meta})
+        return Outcome(typed, answer if answer is not None else typed.to_json().encode())
 
     def _pin(self, spec: ExplainerSpec, model: Model, options: Any) -> Any:
         """Bind the options to stored state (explainers/context.py Pin): part of the cache key,
@@ -309,55 +331,57 @@ class ExplainService:
         result: ExplainResult,
         elapsed_ms: float,
         cache: str,
-    ) -> dict[str, Any]:
+    ) -> ExplainResponse:
+        """The typed answer (id "": each request's id is spliced into the stored JSON)."""
+        undeclared = result.meta.keys() - ExplainMeta.model_fields.keys()
+        if undeclared:  # a programming error: the answer's contract is app/schemas.py
+            raise TypeError(f"{spec.name} answers undeclared meta {sorted(undeclared)}")
         explanations = [
-            {
-                "output_index": e.output_index,
-                "output_name": e.output_name or model.output_names[e.output_index],
-                "data": raw,
-                "values": e.values.tolist(),
-                "base_value": e.base_value,
-                "instance_output_value": e.instance_output_value,
-                "approximation_error": e.approximation_error,
-                "error_std": None if e.error_std is None else e.error_std.tolist(),
-                "interactions": e.interactions,
-                "players": None
+            ExplanationOut(
+                output_index=e.output_index,
+                output_name=e.output_name or model.output_names[e.output_index],
+                data=raw,
+                values=e.values.tolist(),
+                base_value=e.base_value,
+                instance_output_value=e.instance_output_value,
+                approximation_error=e.approximation_error,
+                error_std=None if e.error_std is None else e.error_std.tolist(),
+                interactions=e.interactions,
+                players=None
                 if e.players is None
-                else [{"text": p.text, "start": p.start, "end": p.end} for p in e.players],
-                "details": e.details,
-                "warnings": [{"code": w.code, "message": w.message} for w in e.warnings],
-                "exact": e.exact,
-                "estimator": e.estimator,
-                "n_model_evals": e.n_model_evals,
-            }
+                else [PlayerOut(text=p.text, start=p.start, end=p.end) for p in e.players],
+                details=e.details,
+                warnings=[WarningOut(code=w.code, message=w.message) for w in e.warnings],
+                exact=e.exact,
+                estimator=e.estimator,
+                n_model_evals=e.n_model_evals,
+            )
             for e, raw in zip(
                 result.explanations,
                 req.inputs if spec.uses_inputs else [None] * len(result.explanations),
                 strict=True,
             )
         ]
-        return {
-            "model_name": model.name,
-            "model_version": model.version,
-            "id": "",
-            "meta": {
-                "explainer": spec.name,
-                "explainer_version": spec.version,
-                "seed": req.seed,
-                "budget": result.budget,
-                "n_model_evals": sum(e.n_model_evals for e in result.explanations),
-                "n_instances": len(result.explanations),
-                "exact": all(e.exact for e in result.explanations),
-                "additive": result.additive,
-                "compute_ms": round(elapsed_ms, 3),
-                "cache": cache,
-                "partial": any(e.partial for e in result.explanations),
-                "parameters": result.parameters,
-                **result.meta,
-            },
-            "data": {
-                "feature_names": list(result.player_names),
-                "output_names": list(model.output_names),
-                "explanations": explanations,
-            },
-        }
+        meta = ExplainMeta(
+            explainer=spec.name,
+            explainer_version=spec.version,
+            seed=req.seed,
+            budget=result.budget,
+            n_model_evals=sum(e.n_model_evals for e in result.explanations),
+            n_instances=len(result.explanations),
+            exact=all(e.exact for e in result.explanations),
+            additive=result.additive,
+            compute_ms=round(elapsed_ms, 3),
+            cache=cache,  # type: ignore[arg-type]  # one of hit, miss, bypass: validated
+            partial=any(e.partial for e in result.explanations),
+            parameters=result.parameters,
+            **result.meta,
+        )
+        data = ExplainData(
+            feature_names=list(result.player_names),
+            output_names=list(model.output_names),
+            explanations=explanations,
+        )
+        return ExplainResponse(
+            model_name=model.name, model_version=model.version, id="", meta=meta, data=data
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from pydantic import ValidationError
 from app.cache import CacheUnavailable
 from app.errors import ApiError
 from app.jobs.store import FINISHED, Job, JobStore
-from app.schemas import request_model
+from app.schemas import ExplainResponse, request_model
 from app.service import ExplainService, Prepared
 from explainers.games import Cancelled, stop_when
 from explainers.registry import get_explainer
@@ -79,14 +78,16 @@ class CancelWatch:
         return self.cancelled
 
 
-def _audit_result(out: dict[str, Any]) -> dict[str, Any]:
+def _audit_result(answer: ExplainResponse, cache: str | None = None) -> dict[str, Any]:
+    """What a job stores of a one-instance answer (`cache`: how it was found, default as it
+    says)."""
     result: dict[str, Any] = {
-        "explanation": out["data"]["explanations"][0],
-        "feature_names": out["data"]["feature_names"],
-        "cache": out["meta"]["cache"],
+        "explanation": answer.data.explanations[0].model_dump(exclude_unset=True),
+        "feature_names": answer.data.feature_names,
+        "cache": answer.meta.cache if cache is None else cache,
     }
-    if "background_audit" in out["meta"]:
-        result["background_audit"] = out["meta"]["background_audit"]
+    if answer.meta.background_audit is not None:
+        result["background_audit"] = answer.meta.background_audit
     return result
 
 
@@ -115,7 +116,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             if isinstance(p, Prepared):
                 prepared[i] = p
             else:  # lookup=False never answers; kept for the type
-                pending[i] = _audit_result(p.body)
+                pending[i] = _audit_result(p.response)
         except ApiError as exc:
             pending[i] = {"error": exc.message, "code": exc.code}
         except ValidationError as exc:
@@ -128,9 +129,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             p.status = "bypass"
     for i, blob in zip(list(prepared), blobs, strict=True):
         if blob is not None:
-            out = json.loads(blob)
-            out["meta"]["cache"] = "hit"
-            pending[i] = _audit_result(out)
+            pending[i] = _audit_result(ExplainResponse.model_validate_json(blob), "hit")
             del prepared[i]
     hits = sum(b is not None for b in blobs)
     if hits:
@@ -144,7 +143,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
         if p.req.timeout_ms is not None:  # each instance's time limit starts when it runs
             p.deadline = time.monotonic() + p.req.timeout_ms / 1000
         try:
-            pending[i] = _audit_result(svc.compute(p).body)
+            pending[i] = _audit_result(svc.compute(p).response)
         except ApiError as exc:
             if isinstance(exc.__cause__, Cancelled):
                 raise exc.__cause__ from None

@@ -120,13 +120,11 @@ def test_partial_answer_is_marked_and_never_cached(client: TestClient) -> None:
     req = request_model(get_explainer("shapley"))(**SLOW, timeout_ms=150)
     prepared = svc.prepare("slow-linear", "shapley", req, True)
     assert isinstance(prepared, Prepared) and prepared.deadline is not None
-    out = svc.compute(prepared)
-    assert out.body["meta"]["partial"] is True
-    assert out.body["meta"]["cache"] == "bypass"
-    assert out.body["meta"]["n_model_evals"] < 3000
-    np.testing.assert_allclose(
-        out.body["data"]["explanations"][0]["values"], WEIGHTS * np.array(ROW), atol=1e-5
-    )
+    out = svc.compute(prepared).response  # typed (app/schemas.py ExplainResponse)
+    assert out.meta.partial is True
+    assert out.meta.cache == "bypass"
+    assert out.meta.n_model_evals < 3000
+    np.testing.assert_allclose(out.data.explanations[0].values, WEIGHTS * np.array(ROW), atol=1e-5)
     again = svc.prepare("slow-linear", "shapley", req, True)
     assert isinstance(again, Prepared)  # the partial answer was not stored
 
