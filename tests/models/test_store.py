@@ -17,6 +17,7 @@ import torch
 from sqlalchemy import event, select
 
 from explainers import salvage, salvage_inference
+from explainers.context import Artifacts, RunContext
 from explainers.salvage_store import SalvageOptions, SalvageStore, explain
 from models.base import Model, ModelNotReadyError, UnknownModelError
 from models.builtin import dataset_split, load_digits_cnn
@@ -315,15 +316,16 @@ def test_salvage_artifacts_travel_through_the_store(
         torch.set_num_threads(threads)
     assert trained is not None
     info = SalvageStore(tmp_path / "salvage-1", a).save(digits, trained)  # trained on one
-    other = SalvageStore(tmp_path / "salvage-2", b)  # explained on another
+    artifacts = Artifacts(tmp_path / "app-2", b)  # explained by another process's app
+    other = SalvageStore.within(artifacts)
     assert [i.id for i in other.list(digits.name, digits.version)] == [info.id]
     assert other.info(digits.name, digits.version, info.id) == info
     opts = SalvageOptions().pinned(other, digits)
     x = dataset_split("digits-cnn").x_test[:2]
-    result = explain(digits, x, options=opts, target=3)
+    result = explain(digits, x, options=opts, target=3, context=RunContext(artifacts=artifacts))
     expected = salvage_inference.amortized(trained, x)
     np.testing.assert_allclose(result.explanations[1].values, expected.values[1, :, 3], atol=1e-6)
-    cached = tmp_path / "salvage-2" / digits.name / digits.version / info.id
+    cached = other.root / digits.name / digits.version / info.id
     assert json.loads((cached / "meta.json").read_text())["created_at"] == info.created_at
     # Artifacts that an earlier release kept on disk only are uploaded when first listed.
     old = Model(**{**digits.__dict__, "version": "earlier"})
