@@ -78,7 +78,7 @@ class Cache(Protocol):
         ...
 
     def set_many(self, items: dict[str, str]) -> None:
-        """One round trip for many entries (pipelined SETs with the TTL)."""
+        """One round trip for many entries (SETs with the TTL in one MULTI/EXEC)."""
         ...
 
     def health(self) -> dict[str, Any]: ...
@@ -323,7 +323,8 @@ class RedisCache:
             return
 
         def write() -> None:
-            pipe = self.client.pipeline(transaction=False)
+            # One round trip, all or nothing; INFO commandstats counts it as one EXEC.
+            pipe = self.client.pipeline(transaction=True)
             for key, value in items.items():
                 pipe.set(key, value, ex=self.ttl_s)
             pipe.execute()

@@ -246,8 +246,10 @@ class ExplainService:
             return None
         return self.registry.peek(model_name)[0]  # None while not loaded: loading takes seconds
 
-    def compute(self, p: Prepared) -> Outcome:
-        """Run the explainer for a prepared request and store a cacheable answer."""
+    def compute(self, p: Prepared, defer: dict[str, str] | None = None) -> Outcome:
+        """Run the explainer for a prepared request and store a cacheable answer; with `defer`
+        the answer is added to it (key -> JSON) for the caller to store with others in one
+        round trip (Cache.set_many) instead."""
         model, spec, req, status = p.model, p.spec, p.req, p.status
         start = time.perf_counter()
         try:
@@ -287,7 +289,9 @@ class ExplainService:
                 code="non_finite_output",
             ) from None
         answered = status
-        if status == "miss":
+        if status == "miss" and defer is not None:
+            defer[p.key] = blob
+        elif status == "miss":
             try:
                 self.cache.set(p.key, blob)
             except CacheUnavailable:

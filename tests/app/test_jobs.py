@@ -14,13 +14,14 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
+from tests.conftest import RedisServer
 
 ROWS = [[10.0 + 0.1 * i] * 30 for i in range(40)]
 AUDIT = {"model": "breast-cancer-mlp", "inputs": ROWS, "budget": 8000, "chunk_size": 7}
 
 
 def app_for(db: str, registry: ModelRegistry, model_dir: Path, **kw: Any) -> TestClient:
-    settings = Settings(model_dir=model_dir, redis_url=None, database_url=db, **kw)
+    settings = Settings(model_dir=model_dir, database_url=db, **{"redis_url": None, **kw})
     return TestClient(create_app(settings, registry))
 
 
@@ -246,3 +247,32 @@ def test_no_results_after_a_cancel(db: str) -> None:
     store.finish(job.id, "cancelled")
     assert store.add_results(job.id, {1: {"x": 2}, 2: {"x": 3}}) == 1
     assert store.stored_indices(job.id, range(4)) == {0}
+
+
+def test_audit_uses_one_cache_round_trip_per_chunk_each_way(
+    db: str, registry: ModelRegistry, model_dir: Path, redis_server: RedisServer
+) -> None:
+    """First run: a chunk's computed answers enter Redis in one MULTI/EXEC (no lone SETs);
+    re-run: one MGET per chunk and every instance a hit."""
+    import redis
+
+    def calls() -> dict[str, int]:
+        stats = redis.Redis.from_url(redis_server.url).info("commandstats")
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+
+    audit = {**AUDIT, "inputs": ROWS[:14], "seed": 20}  # 2 chunks of 7, nothing cached
+    cached = {"redis_url": redis_server.url, "job_queue": "inprocess"}
+    with app_for(db, registry, model_dir, **cached) as client:
+        before = calls()
+        first = wait(client, client.post("/v2/jobs", json=audit).json()["id"])
+        middle = calls()
+        again = wait(client, client.post("/v2/jobs", json=audit).json()["id"])
+        after = calls()
+    assert first["status"] == "succeeded" and first["summary"]["cache_hits"] == 0
+    assert again["summary"]["cache_hits"] == 14
+
+    def delta(a: dict[str, int], b: dict[str, int], k: str) -> int:
+        return b.get(k, 0) - a.get(k, 0)
+
+    assert [delta(before, middle, k) for k in ("mget", "exec", "set", "get")] == [2, 2, 14, 0]
+    assert [delta(middle, after, k) for k in ("mget", "exec", "set", "get")] == [2, 0, 0, 0]
