@@ -6,6 +6,7 @@ the reason elsewhere) and compare against the CPU at float32 tolerances.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,9 @@ from explainers import gradients, uni
 from explainers.learned_baseline import low_order_objective
 from models import Model, ModelRegistry
 from models.base import FunctionModule, module_device, rows_for_memory
+from models.declaration import Declaration
 from models.device import DeviceError, place, resolve_device
+from models.user import register
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
@@ -186,3 +189,65 @@ def test_cuda_gradient_explainers_match_the_cpu(
         for m in (c, g)
     ]
     assert values[1] == pytest.approx(values[0], rel=1e-3)
+
+
+def _torchscript(weights: list[float]) -> bytes:
+    layer = torch.nn.Linear(len(weights), 1, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([weights]))
+    buf = io.BytesIO()
+    torch.jit.save(torch.jit.script(layer), buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_torchscript_registers_on_the_device(device: str) -> None:
+    """The test forward pass of a registration runs where the model will compute."""
+    decl = Declaration("lin", "tabular", "regression", (3,), ("y",), ("a", "b", "c"))
+    model, meta = register(decl, {"model": _torchscript([1.0, 2.0, 3.0])}, resolve_device(device))
+    assert model.device.type == device and model.info["device"].startswith(device)
+    assert model.version == meta["version"]  # the same version as a CPU registration
+    _, cpu_meta = register(decl, {"model": _torchscript([1.0, 2.0, 3.0])})
+    assert cpu_meta["version"] == meta["version"]
+    np.testing.assert_allclose(model.predict(np.ones((5, 3))), np.full((5, 1), 6.0), rtol=1e-6)
+
+
+def test_text_model_placed_on_the_cpu_is_unchanged() -> None:
+    from models.text import load_sentiment_minilm
+
+    texts = ["The movie was wonderful.", "I hated every minute of it.", "A plain sentence."]
+    before = load_sentiment_minilm(Path("/nonexistent"))
+    expected = before.predict(texts)
+    placed = place(before, torch.device("cpu"))
+    assert placed is before and placed.info["device"] == "cpu"
+    np.testing.assert_array_equal(placed.predict(texts), expected)
+
+
+@needs_cuda
+def test_cuda_text_model_matches_the_cpu() -> None:
+    from models.text import load_sentiment_minilm
+
+    texts = ["The movie was wonderful.", "I hated every minute of it.", "A plain sentence."]
+    cpu = load_sentiment_minilm(Path("/nonexistent"))
+    gpu = place(load_sentiment_minilm(Path("/nonexistent")), torch.device("cuda", 0))
+    assert gpu.device.type == "cuda" and gpu.version == cpu.version
+    np.testing.assert_allclose(gpu.predict(texts), cpu.predict(texts), rtol=1e-4, atol=1e-5)
+
+
+@needs_cuda
+def test_cuda_salvage_trains_and_explains(on_cuda: tuple[ModelRegistry, ModelRegistry]) -> None:
+    from explainers import salvage, salvage_inference
+
+    digits = on_cuda[1].get("digits-cnn")
+    tiny = {"rows": 48, "surrogate_epochs": 1, "explainer_epochs": 2, "batch_size": 16}
+    trained = salvage.train(digits, salvage.SalvageTrainOptions(**tiny, pairs=2))
+    assert trained is not None and trained.metrics["device"] == "cuda:0"
+    x = digits.reference[:3] if digits.reference is not None else None
+    assert x is not None
+    out = salvage_inference.amortized(trained, x)
+    assert out.values.shape == (3, 16, 10) and np.all(np.isfinite(out.values))
+    # efficiency after the projection: the values add up to v(N) - v(empty) per class
+    np.testing.assert_allclose(out.values.sum(axis=1), out.full - out.base, atol=1e-4)
+    game = salvage_inference.surrogate_game(trained, x[0])
+    full = game(np.ones((1, 16), dtype=bool))
+    np.testing.assert_allclose(full[0], out.full[0], rtol=1e-4, atol=1e-5)
