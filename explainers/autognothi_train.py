@@ -45,7 +45,7 @@ class AutoGnothiTrainOptions(BaseModel):
     pairs: int = Field(
         24, ge=1, le=256, description="Shapley-kernel coalitions (and complements) per sentence"
     )
-    epochs: int = Field(80, ge=1, le=2000)
+    epochs: int = Field(30, ge=1, le=2000)
     batch_size: int = Field(32, ge=1, le=1024, description="sentences per step")
     lr: float = Field(1e-3, gt=0, le=1, description="Adam learning rate")
     width: int = Field(64, ge=8, le=512, description="side network width")
@@ -148,6 +148,11 @@ def encode_all(model: TextModel, texts: list[str]) -> Encoded:
     return _cat(parts, width, n_words)
 
 
+def data_digest(texts: list[str]) -> str:
+    """The identity of training sentences sent by a caller."""
+    return hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()
+
+
 def exact_shapley(model: TextModel, texts: list[str]) -> list[np.ndarray]:
     """Exact word Shapley values [n, C] of each text: `shapley`'s game, every coalition."""
     out = []
@@ -180,7 +185,7 @@ def train(
     if texts is None:
         texts = corpus.sentences(opts.sentences, opts.seed, False, opts.max_words, vocabulary)
     else:
-        data_id = hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()
+        data_id = data_digest(texts)
     if len(texts) < 2:
         raise OptionError("AutoGnothi needs at least 2 training sentences")
     held = corpus.sentences(opts.held_out, opts.seed, True, opts.held_out_words, vocabulary)

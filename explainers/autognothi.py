@@ -1,0 +1,264 @@
+"""The `autognothi` explainer: word Shapley values of a text classifier in one forward pass.
+
+Wang et al. (ICLR 2025), "AutoGnothi: Self-explaining transformers via side networks", with
+FastSHAP's objective (Jethani et al., ICLR 2022): a side network trained beside the frozen
+model (a train-autognothi job, explainers/autognothi_train.py) reads the encoder's hidden
+states of the one pass that also gives the prediction, and outputs the words' Shapley values
+for `shapley`'s text game (words deleted), efficiency-projected. Artifacts are stored like
+Salvage's (explainers/salvage_store.py): per model version and configuration hash, in the
+database every process shares, never used for another model version.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from explainers.autognothi_net import SideNet, empty_texts, encode, runner, word_values
+from explainers.autognothi_train import (
+    AutoGnothiTrainOptions,
+    Progress,
+    Trained,
+    data_digest,
+    train,
+)
+from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
+from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.games.text import text_games, word_spans
+from explainers.options import ExplainerOptions
+from explainers.salvage_store import ArtifactInfo, SalvageStore
+from models.base import Model, TextModel
+
+VERSION = "1"
+KIND = "autognothi"  # the artifact kind in the model store
+TRAIN_JOB = "train-autognothi"
+
+
+class AutoGnothiStore(SalvageStore):
+    """AutoGnothi artifacts: Salvage's store (database, local cache, atomic folders) with the
+    side network's state dict as the weights."""
+
+    kind: ClassVar[str] = KIND
+    _nets: ClassVar[OrderedDict[tuple[str, float], Trained]] = OrderedDict()
+    _net_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def save(self, model: Model, trained: Trained) -> ArtifactInfo:  # type: ignore[override]
+        """Store a trained side network for `model`'s current version; returns its record."""
+        net = trained.net
+        info = ArtifactInfo(
+            trained.id,
+            model.name,
+            model.version,
+            trained.options.model_dump(mode="json"),
+            trained.metrics,
+            trained.history,
+            time.time(),
+            trained.data_id,
+        )
+        shape = torch.tensor([net.levels, net.dim, net.n_classes])
+        buf = io.BytesIO()
+        torch.save({"net": net.state_dict(), "shape": shape}, buf)
+        meta = dict(info.__dict__)
+        if self.db is not None:
+            blob = buf.getvalue()
+            self.db.put_artifact(self.kind, model.name, model.version, info.id, meta, blob)
+        self._write_local(meta, buf.getvalue())
+        return info
+
+    def load(self, model: Model, artifact: str) -> Trained:  # type: ignore[override]
+        """The side network of an artifact (kept in a small in-process LRU)."""
+        info = self.info(model.name, model.version, artifact)
+        if info is None:
+            raise NotTrainedError(f"no AutoGnothi artifact {artifact!r} for {model.name}")
+        key = (str(self._dir(model.name, model.version, artifact)), info.created_at)
+        with self._net_lock:
+            if key in self._nets:
+                self._nets.move_to_end(key)
+                return self._nets[key]
+        opts = AutoGnothiTrainOptions(**info.config)
+        state = self._weights(info)
+        levels, dim, n_classes = (int(v) for v in state["shape"])
+        net = SideNet(levels, dim, n_classes, opts.width, opts.heads)
+        net.load_state_dict(state["net"])
+        net.eval()
+        trained = Trained(net, opts, info.metrics, info.history, info.data_id)
+        with self._net_lock:
+            self._nets[key] = trained
+            while len(self._nets) > self.max_loaded:
+                self._nets.popitem(last=False)
+        return trained
+
+
+def store_of(artifacts: Artifacts) -> AutoGnothiStore:
+    """The AutoGnothi artifacts of a run context's artifact store (`root/autognothi/`)."""
+    return AutoGnothiStore(artifacts.folder(KIND), artifacts.db)
+
+
+class AutoGnothiOptions(ExplainerOptions):
+    """Options of the `autognothi` explainer: which trained side network answers."""
+
+    artifact: str | None = Field(
+        None,
+        max_length=64,
+        description="id of a trained side network (a train-autognothi job's summary.artifact); "
+        "default: the newest one for this model version",
+    )
+
+
+def _pin(model: Model, options: AutoGnothiOptions, context: RunContext) -> AutoGnothiOptions:
+    """Name the artifact that answers (part of the cache key); NotTrainedError when none is."""
+    store = store_of(context.need_artifacts(KIND))
+    found = [
+        info
+        for info in store.list(model.name, model.version)
+        if options.artifact is None or info.id == options.artifact
+    ]
+    if not found:
+        which = f" {options.artifact!r}" if options.artifact else ""
+        raise NotTrainedError(
+            f"no trained AutoGnothi side network{which} for model {model.name!r} version "
+            f"{model.version}"
+        )
+    return options.model_copy(update={"artifact": found[0].id})
+
+
+PIN = Pin(_pin)
+
+
+def check_model(model: Model) -> TextModel:
+    """The model, if AutoGnothi can train beside it (OptionError otherwise)."""
+    if not isinstance(model, TextModel) or model.task != "classification":
+        raise OptionError("AutoGnothi explains text classifiers")
+    runner(model)  # a BERT encoder whose hidden states can be read
+    return model
+
+
+def check_texts(texts: Any) -> list[str]:
+    """Training sentences sent with a job: at least 2 strings, each with a word."""
+    if not isinstance(texts, list) or len(texts) < 2:
+        raise OptionError("inputs: at least 2 training sentences")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not word_spans(text):
+            raise OptionError(f"inputs[{i}]: a sentence with at least one word")
+    return texts
+
+
+def trained_artifact(
+    model: TextModel,
+    options: AutoGnothiTrainOptions,
+    artifacts: Artifacts,
+    texts: list[str] | None = None,
+    progress: Progress | None = None,
+) -> ArtifactInfo | None:
+    """The stored artifact of this configuration: the one already trained for this model
+    version (training is seeded; its history goes to `progress`), else a new one trained and
+    stored. None when `progress` stops the training."""
+    store = store_of(artifacts)
+    data_id = "vader" if texts is None else data_digest(texts)
+    info = store.info(model.name, model.version, options.digest(data_id))
+    if info is not None:
+        for record in info.history:
+            if progress is not None:
+                progress(dict(record))
+        return info
+    trained = train(model, options, texts, progress)
+    return None if trained is None else store.save(model, trained)
+
+
+@dataclass(frozen=True)
+class Amortized:
+    """Explanations of a batch of texts from one encoder pass and the side network."""
+
+    values: list[np.ndarray]  # per text [n_words, C], efficiency-projected
+    full: np.ndarray  # [m, C] v(N): the model's probabilities
+    empty: np.ndarray  # [m, C] v(empty): every word deleted
+
+
+def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized:
+    """Word values for every class of every text: one batched encoder pass (each text and its
+    every-word-deleted text, the latter once per distinct string) and the side network."""
+    empties = empty_texts(model, texts)
+    distinct = list(dict.fromkeys(empties))
+    enc = encode(model, texts + distinct)
+    m = len(texts)
+    where = {t: m + i for i, t in enumerate(distinct)}
+    empty = enc.probs[[where[t] for t in empties]]  # [m, C]
+    head = type(enc)(enc.hidden[:m], enc.token_mask[:m], enc.words[:m], enc.word_mask[:m],
+                     enc.probs[:m])  # fmt: skip
+    with torch.inference_mode():
+        phi = word_values(trained.net, head, head.probs, empty).numpy().astype(np.float64)
+    n_words = head.word_mask.sum(dim=1).tolist()
+    return Amortized(
+        [phi[i, : int(n)] for i, n in enumerate(n_words)],
+        head.probs.numpy().astype(np.float64),
+        empty.numpy().astype(np.float64),
+    )
+
+
+def explain(
+    model: Model,
+    inputs: np.ndarray,
+    *,
+    options: AutoGnothiOptions,
+    target: int | None = None,
+    seed: int = 0,
+    budget: int | None = None,
+    background: np.ndarray | None = None,
+    context: RunContext | None = None,
+) -> ExplainResult:
+    """Word Shapley values from a trained side network (options pinned to an artifact)."""
+    del seed, budget  # deterministic, and the cost is fixed: one pass
+    if background is not None:
+        raise OptionError("autognothi takes no background: absent words are deleted")
+    if not isinstance(model, TextModel):
+        raise OptionError("autognothi explains text classifiers")
+    if target is not None and not 0 <= target < model.n_outputs:
+        raise OptionError(f"target out of range for {model.n_outputs} outputs")
+    artifacts = (context or RunContext()).need_artifacts(KIND)
+    if options.artifact is None:
+        raise NotTrainedError("autognothi options are not bound to a trained artifact")
+    trained = store_of(artifacts).load(model, options.artifact)
+    texts = [str(x) for x in inputs]
+    games = text_games(model, texts)  # OptionError for a text without words
+    out = amortized(model, trained, texts)
+    explanations = []
+    for i, game in enumerate(games):
+        c = int(np.argmax(out.full[i])) if target is None else target
+        explanations.append(
+            Explanation(
+                output_index=c,
+                values=out.values[i][:, c],
+                base_value=float(out.empty[i, c]),
+                instance_output_value=float(out.full[i, c]),
+                exact=False,
+                n_model_evals=2,  # rows of the one encoder pass: the text, every word deleted
+                estimator="autognothi",
+                players=game.pieces,
+                details={"probabilities": out.full[i].tolist(), "units": "probability"},
+            )
+        )
+    echo = {**options.model_dump(), "training": trained.options.model_dump(mode="json")}
+    return ExplainResult(tuple(explanations), (), echo, 1, True)
+
+
+__all__ = [
+    "PIN",
+    "TRAIN_JOB",
+    "AutoGnothiOptions",
+    "AutoGnothiStore",
+    "AutoGnothiTrainOptions",
+    "amortized",
+    "check_model",
+    "check_texts",
+    "explain",
+    "store_of",
+    "trained_artifact",
+]

@@ -1,0 +1,117 @@
+"""The `autognothi` explainer: its stored artifact, pinning, the players of `shapley` and
+efficiency (a tiny side network trained on sentiment-minilm)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from explainers import autognothi, autognothi_train
+from explainers.autognothi_train import AutoGnothiTrainOptions
+from explainers.context import Artifacts, NotTrainedError, RunContext
+from explainers.explanation import OptionError
+from explainers.shapley import ShapleyOptions
+from explainers.shapley import explain as shapley_explain
+
+TINY = {"sentences": 24, "pairs": 4, "epochs": 3, "batch_size": 8, "held_out": 0, "seed": 5}
+TEXTS = ["The food was awful but the staff were very friendly.", "A lovely, quiet hotel!"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny(text_model: Any) -> autognothi_train.Trained:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = autognothi_train.train(text_model, AutoGnothiTrainOptions(**TINY))
+    finally:
+        torch.set_num_threads(threads)
+    assert out is not None
+    return out
+
+
+def test_values_add_up_and_use_shapleys_players(
+    text_model: Any, tiny: autognothi_train.Trained, tmp_path: Path
+) -> None:
+    context = RunContext(artifacts=Artifacts(tmp_path))
+    store = autognothi.store_of(context.need_artifacts("autognothi"))
+    info = store.save(text_model, tiny)
+    assert info.id == tiny.id and info.model_version == text_model.version
+    options = autognothi.PIN.bind(text_model, autognothi.AutoGnothiOptions(), context)
+    assert options.artifact == tiny.id
+    inputs = np.array(TEXTS, dtype=object)
+    result = autognothi.explain(text_model, inputs, options=options, context=context)
+    exact = shapley_explain(
+        text_model, inputs, options=ShapleyOptions(estimator="exact"), budget=2**10
+    )
+    probs = text_model.predict_texts(TEXTS)
+    for ours, truth, p in zip(result.explanations, exact.explanations, probs, strict=True):
+        assert ours.players == truth.players
+        assert ours.values.shape == truth.values.shape
+        assert ours.output_index == truth.output_index == int(np.argmax(p))
+        np.testing.assert_allclose(ours.base_value, truth.base_value, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            ours.instance_output_value, truth.instance_output_value, rtol=1e-5, atol=1e-6
+        )
+        total = ours.values.sum() + ours.base_value
+        np.testing.assert_allclose(total, ours.instance_output_value, rtol=1e-5, atol=1e-6)
+    other = autognothi.explain(text_model, inputs, options=options, target=0, context=context)
+    for a, b in zip(result.explanations, other.explanations, strict=True):
+        if a.output_index == 1:  # two classes: the other class's values are the negatives
+            np.testing.assert_allclose(b.values, -a.values, rtol=1e-5, atol=1e-6)
+    # A second store over the same folder loads the same network from disk.
+    autognothi.AutoGnothiStore._nets.clear()
+    loaded = autognothi.AutoGnothiStore(store.root).load(text_model, tiny.id)
+    assert loaded is not tiny
+    for x, y in zip(
+        autognothi.amortized(text_model, loaded, TEXTS).values,
+        autognothi.amortized(text_model, tiny, TEXTS).values,
+        strict=True,
+    ):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_no_artifact_is_a_clear_error(text_model: Any, tmp_path: Path) -> None:
+    context = RunContext(artifacts=Artifacts(tmp_path))
+    with pytest.raises(NotTrainedError, match="no trained AutoGnothi"):
+        autognothi.PIN.bind(text_model, autognothi.AutoGnothiOptions(), context)
+    with pytest.raises(NotTrainedError):
+        autognothi.PIN.bind(
+            text_model, autognothi.AutoGnothiOptions(artifact="0123456789abcdef"), context
+        )
+    with pytest.raises(NotTrainedError):  # options not bound to an artifact
+        autognothi.explain(
+            text_model, np.array(TEXTS), options=autognothi.AutoGnothiOptions(), context=context
+        )
+
+
+def test_bad_inputs_are_option_errors(
+    text_model: Any, tiny: autognothi_train.Trained, tmp_path: Path
+) -> None:
+    context = RunContext(artifacts=Artifacts(tmp_path))
+    autognothi.store_of(context.need_artifacts("autognothi")).save(text_model, tiny)
+    options = autognothi.PIN.bind(text_model, autognothi.AutoGnothiOptions(), context)
+    with pytest.raises(OptionError, match="no words"):
+        autognothi.explain(text_model, np.array(["...", "ok"]), options=options, context=context)
+    with pytest.raises(OptionError, match="target"):
+        autognothi.explain(text_model, np.array(TEXTS), options=options, target=2, context=context)
+    with pytest.raises(OptionError, match="background"):
+        autognothi.explain(
+            text_model, np.array(TEXTS), options=options, background=np.zeros(1), context=context
+        )
+    wrapped = dataclasses.replace(text_model, predict_texts=lambda t: text_model.predict_texts(t))
+    with pytest.raises(OptionError, match="BERT-encoder"):
+        autognothi.explain(wrapped, np.array(TEXTS), options=options, context=context)
