@@ -2,10 +2,14 @@
 at equal coalitions, on games with exact (or long-run reference) Shapley values.
 
     .venv/bin/python bench/regression_bench.py [--games tanh16,digits2,breast] [--seeds 4]
+        [--count 3] [--more-peers]
 
-Every contender sees the same game (bool masks -> values); shap and shapiq get it as a function
-on the mask space (KernelExplainer: explicand = all ones, background = one all-zeros row), so
-coalitions are counted alike. One thread for torch and BLAS. Prints, per game and budget: mean
+Ours: kernel (KernelSHAP), regression (cubic surrogate + cross-fitted KernelSHAP residual), gp
+(Gaussian-process posterior on a Möbius kernel). Every contender sees the same game (bool
+masks -> values); shap and shapiq get it as a function on the mask space (KernelExplainer:
+explicand = all ones, background = one all-zeros row, nsamples = coalitions - 2 as it
+evaluates v(empty) and v(full) besides), so coalitions are counted alike. One thread for torch
+and BLAS. Prints, per game and budget: mean
 RMSE against the exact values, the ratio of ours to the best peer, the share of values within
 2 error_std of exact (calibration), and ours' own time against the model's time.
 """
@@ -41,6 +45,8 @@ warnings.filterwarnings("ignore", module="shapiq")
 warnings.filterwarnings("ignore", category=UserWarning, module="shap")
 
 MULTIPLES = [2, 4, 8, 16, 32, 64]  # budgets: coalitions per player
+OURS = ("kernel", "regression", "gp")
+MORE_PEERS = False  # --more-peers: shapiq ProxySPEX, SPEX, SVARM too (not in "best peer")
 Case = tuple[
     str, Callable[[np.ndarray], np.ndarray], int, int, np.ndarray
 ]  # name, game, n, out, phi
@@ -139,8 +145,8 @@ def peers(game: Timed, n: int, out: int) -> dict[str, Callable[[int, int], np.nd
 
     def shap_kernel(coalitions: int, seed: int) -> np.ndarray:
         np.random.seed(seed)
-        vals = kernel_explainer.shap_values(
-            np.ones(n), nsamples=coalitions, l1_reg=False, silent=True
+        vals = kernel_explainer.shap_values(  # it evaluates v(empty), v(full) besides
+            np.ones(n), nsamples=coalitions - 2, l1_reg=False, silent=True
         )
         return np.asarray(vals).reshape(-1)
 
@@ -157,7 +163,28 @@ def peers(game: Timed, n: int, out: int) -> dict[str, Callable[[int, int], np.nd
             -1
         )
 
-    return {"shap Kernel": shap_kernel, "shapiq KernelSHAP": shapiq_kernel}
+    out_: dict[str, Callable[[int, int], np.ndarray]] = {
+        "shap Kernel": shap_kernel,
+        "shapiq KernelSHAP": shapiq_kernel,
+    }
+    if MORE_PEERS:
+        for label, make in {
+            "shapiq ProxySPEX": lambda s: shapiq.ProxySPEX(
+                n=n, index="SV", max_order=1, random_state=s
+            ),
+            "shapiq SPEX": lambda s: shapiq.SPEX(n=n, index="SV", max_order=1, random_state=s),
+            "shapiq SVARM": lambda s: shapiq.SVARM(n, "SV", random_state=s, pairing_trick=True),
+        }.items():
+
+            def run(coalitions: int, seed: int, make: Any = make) -> np.ndarray:
+                try:
+                    res = make(seed).approximate(coalitions, Wrapped())
+                    return np.asarray(res.get_n_order_values(1)).reshape(-1)
+                except Exception:  # a peer that does not run at this budget: no value
+                    return np.full(n, np.nan)
+
+            out_[label] = run
+    return out_
 
 
 def run_case(case: Case, seeds: int) -> dict[str, Any]:
@@ -168,22 +195,23 @@ def run_case(case: Case, seeds: int) -> dict[str, Any]:
     for mult in MULTIPLES:
         coalitions = mult * n
         res: dict[str, list[float]] = {}
-        cover: list[float] = []
-        own: list[float] = []
+        cover: dict[str, list[float]] = {}
+        own: dict[str, list[float]] = {}
         model: list[float] = []
         for seed in range(seeds):
-            for est in ("kernel", "regression"):
+            for est in OURS:
                 game.seconds = 0.0
                 t0 = time.perf_counter()
                 e = shapley_values(game, n, estimator=est, budget=coalitions * cost, seed=seed)
                 wall = time.perf_counter() - t0
                 err = e.values[:, out] - exact
                 res.setdefault(f"ours {est}", []).append(float(np.sqrt(np.mean(err**2))))
-                if est == "regression":
-                    own.append(wall - game.seconds)
+                own.setdefault(est, []).append(wall - game.seconds)
+                if est == "kernel":
                     model.append(game.seconds)
-                    if e.error_std is not None:
-                        cover.append(float(np.mean(np.abs(err) <= 2 * e.error_std[:, out])))
+                if e.error_std is not None:
+                    inside = np.abs(err) <= 2 * e.error_std[:, out]
+                    cover.setdefault(est, []).append(float(np.mean(inside)))
             for label, call in peers(game, n, out).items():
                 vals = call(coalitions, seed)
                 res.setdefault(label, []).append(float(np.sqrt(np.mean((vals - exact) ** 2))))
@@ -192,10 +220,10 @@ def run_case(case: Case, seeds: int) -> dict[str, Any]:
         rows[str(mult)] = {
             "coalitions": coalitions,
             "rmse": mean,
-            "regression_over_best_peer": mean["ours regression"] / best_peer,
-            "kernel_over_best_peer": mean["ours kernel"] / best_peer,
-            "within_2_error_std": float(np.mean(cover)) if cover else None,
-            "regression_own_seconds": float(np.median(own)),
+            "best_peer": best_peer,
+            **{f"{est}_over_best_peer": mean[f"ours {est}"] / best_peer for est in OURS},
+            **{f"{est}_within_2_error_std": float(np.mean(cover[est])) for est in cover},
+            **{f"{est}_own_seconds": float(np.median(own[est])) for est in OURS},
             "model_seconds": float(np.median(model)),
         }
     return {"case": name, "n": n, "rms_phi": float(np.sqrt(np.mean(exact**2))), "budgets": rows}
@@ -210,21 +238,47 @@ def report(results: list[dict[str, Any]]) -> None:
     for family, rs in groups.items():
         print(f"\n{family} ({rs[0]['n']} players, {len(rs)} games): mean over games")
         print(
-            "| coalitions | ours kernel / best peer | ours regression / best peer | within 2 se "
-            "| regression own s | model s |"
+            "| coalitions | kernel / best peer | regression / best peer | **gp / best peer** "
+            "| gp within 2 se | regression within 2 se | gp own s | regression own s "
+            "| model s |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for mult in MULTIPLES:
             b = [r["budgets"][str(mult)] for r in rs]
-            cov = [x["within_2_error_std"] for x in b if x["within_2_error_std"] is not None]
+
+            def mean(key: str, b: list[dict[str, Any]] = b) -> float:
+                xs = [x[key] for x in b if x.get(key) is not None]
+                return float(np.mean(xs)) if xs else float("nan")
+
+            def median(key: str, b: list[dict[str, Any]] = b) -> float:
+                return float(np.median([x[key] for x in b]))
+
             print(
-                f"| {mult}n = {b[0]['coalitions']} | "
-                f"{np.mean([x['kernel_over_best_peer'] for x in b]):.2f} | "
-                f"{np.mean([x['regression_over_best_peer'] for x in b]):.2f} | "
-                f"{np.mean(cov) if cov else float('nan'):.2f} | "
-                f"{np.median([x['regression_own_seconds'] for x in b]):.3f} | "
-                f"{np.median([x['model_seconds'] for x in b]):.3f} |"
+                f"| {mult}n = {b[0]['coalitions']} | {mean('kernel_over_best_peer'):.2f} | "
+                f"{mean('regression_over_best_peer'):.2f} | **{mean('gp_over_best_peer'):.2f}** | "
+                f"{mean('gp_within_2_error_std'):.2f} | "
+                f"{mean('regression_within_2_error_std'):.2f} | "
+                f"{median('gp_own_seconds'):.3f} | {median('regression_own_seconds'):.3f} | "
+                f"{median('model_seconds'):.3f} |"
             )
+        extra = [
+            k
+            for k in rs[0]["budgets"]["2"]["rmse"]
+            if k.startswith("shapiq ") and "Kernel" not in k
+        ]
+        for label in extra:
+            ratios = [
+                float(
+                    np.mean(
+                        [
+                            r["budgets"][str(m)]["rmse"][label] / r["budgets"][str(m)]["best_peer"]
+                            for r in rs
+                        ]
+                    )
+                )
+                for m in MULTIPLES
+            ]
+            print(f"{label} / best peer at {MULTIPLES}n: " + ", ".join(f"{x:.2f}" for x in ratios))
 
 
 def main() -> None:
@@ -232,10 +286,13 @@ def main() -> None:
     parser.add_argument("--games", default="tanh16,digits2,breast")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--count", type=int, default=3, help="games (explicands) per family")
+    parser.add_argument("--more-peers", action="store_true", help="shapiq ProxySPEX, SPEX, SVARM")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "out" / "regression_bench.json"
     )
     args = parser.parse_args()
+    global MORE_PEERS
+    MORE_PEERS = args.more_peers
     makers = {
         "tanh16": lambda: tanh_cases(args.count),
         "digits2": lambda: digits_cases(args.count, 2),
