@@ -24,7 +24,6 @@ beyond MAX_ROWS coalitions it is KernelSHAP on the same plan.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import product
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -36,13 +35,14 @@ from explainers.estimators.kernel import Design, min_coalitions
 from explainers.estimators.rounds import Round, drive
 from explainers.games import GameRecorder
 
-THETAS = (0.01, 0.03, 0.1, 0.2, 0.4, 1.0)  # prior variance ratio of order k+1 to order k ...
-GAMMAS = (0.25, 1.0, 4.0)  # ... from order 2 on; order 2 has gamma theta times order 1's
+TAUS = (0.02, 0.2, 1.0, 2.0, 4.0, 8.0, 16.0)  # n times theta: variance ratio of order k+1 ...
+GAMMAS = (0.25, 1.0, 4.0)  # ... to order k from 2 on; order 2 has gamma theta times order 1's
 NUGGETS = (1e-6, 1e-4, 1e-3, 1e-2)  # unexplained variance, relative to the kernel's diagonal
 PILOT_ROWS = 256  # rows of the marginal-likelihood choice of (theta, nugget)
-MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n + 2048)
+MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n + 2048) ...
+MAX_PLAYERS = 512  # ... and players (the prior's tables hold sums of C(n, k) in float64)
 
-__all__ = ["MAX_ROWS", "gp", "min_coalitions", "rounds"]
+__all__ = ["MAX_PLAYERS", "MAX_ROWS", "gp", "min_coalitions", "rounds"]
 
 
 def gp(
@@ -106,20 +106,25 @@ def _noise(m: int, nugget: float) -> np.ndarray:
 
 
 def _choose(t: np.ndarray, y: np.ndarray, n: int) -> tuple[float, float, float, np.ndarray]:
-    """(theta, gamma, nugget) of the largest marginal likelihood (s^2 profiled out, shared by the
-    outputs) on at most PILOT_ROWS rows (the full coalition and a seeded spread of the rest),
-    and there the ratio of the leave-one-out estimate of s^2 to the likelihood's (at least 1;
-    per output): where the prior is wrong, held-out errors are larger than it expects."""
-    m = len(y)
-    if m > PILOT_ROWS:
-        pick = np.random.default_rng(m).choice(np.arange(1, m), PILOT_ROWS - 1, replace=False)
+    """(theta, gamma, nugget) of the largest marginal likelihood (s^2 profiled out, shared by
+    the outputs) on at most max(PILOT_ROWS, 2n) rows (the full coalition and a seeded spread of
+    the rest): (theta, nugget) at gamma 1, then (gamma, nugget) at that theta. Also, there, the
+    ratio of the leave-one-out estimate of s^2 to the likelihood's (at least 1; per output):
+    where the prior is wrong, held-out errors are larger than it expects."""
+    m, pilot = len(y), max(PILOT_ROWS, 2 * n)  # at least as many rows as main effects, twice
+    if m > pilot:
+        pick = np.random.default_rng(m).choice(np.arange(1, m), pilot - 1, replace=False)
         idx = np.concatenate([[0], np.sort(pick)])
         t, y = t[np.ix_(idx, idx)], y[idx]
-        m = PILOT_ROWS
+        m = pilot
     best: tuple[float, tuple[float, float, float], np.ndarray, np.ndarray] | None = None
-    for theta, gamma in product(THETAS, GAMMAS):
+
+    def trial(theta: float, gamma: float) -> None:
+        nonlocal best
         k = _tables(n, theta, gamma)[0][t]
         k /= max(float(k.diagonal().mean()), 1e-300)
+        if not np.isfinite(k).all():
+            return
         for nugget in NUGGETS:
             low = _factor(k, _noise(m, nugget))
             if low is None:
@@ -131,8 +136,16 @@ def _choose(t: np.ndarray, y: np.ndarray, n: int) -> tuple[float, float, float, 
             )
             if best is None or nll < best[0]:
                 best = (nll, (theta, gamma, nugget), low, s2)
+
+    for tau in TAUS:
+        trial(tau / n, 1.0)
+    if best is not None:
+        theta = best[1][0]
+        for gamma in GAMMAS:
+            if gamma != 1.0:
+                trial(theta, gamma)
     if best is None:
-        return 0.1, 1.0, 1e-2, np.ones(y.shape[1])
+        return 1.0 / n, 1.0, 1e-2, np.ones(y.shape[1])
     _, (theta, gamma, nugget), low, s2 = best
     inv = solve_triangular(low, np.eye(m), lower=True, check_finite=False)
     alpha = inv.T @ (inv @ y)
@@ -176,8 +189,8 @@ def posterior(masks: np.ndarray, y: np.ndarray, total: np.ndarray) -> tuple[np.n
 
 def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """The posterior on every evaluated coalition but the empty one (store row 0; the full
-    one is store row 1); KernelSHAP when exact or beyond MAX_ROWS."""
-    if plan.exact or len(plan.masks) - 1 > MAX_ROWS:
+    one is store row 1); KernelSHAP when exact or beyond MAX_ROWS or MAX_PLAYERS."""
+    if plan.exact or len(plan.masks) - 1 > MAX_ROWS or plan.masks.shape[1] > MAX_PLAYERS:
         return kernel._blas_limited_fit(plan, y, total)
     with kernel._blas().limit(limits=1, user_api="blas"):
         return posterior(plan.masks[1:], y[1:], total)

@@ -70,7 +70,7 @@ def choose_estimator(
         fits = exact.fits(n_players, coalitions)
         if target:
             fits = fits and (1 << n_players) <= default_budget(n_players)
-        few = not target and coalitions < GP_BELOW * n_players
+        few = not target and coalitions < GP_BELOW * n_players <= GP_BELOW * gp.MAX_PLAYERS
         estimator = "exact" if fits or n_players == 1 else "gp" if few else "kernel"
     if estimator not in _BY_NAME:
         raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
