@@ -87,6 +87,7 @@ def api_values(
             recorder.n_evaluations,
             recorder.n_coalitions,
             "exact",
+            index="API",
         )
     if estimator != "permutation" or variant != "chain":
         raise BudgetError(

@@ -7,6 +7,9 @@ LOO_j = ℓ(C) − ℓ(C \\ c_j), ℓ = Σ_t log p(y_t | prompt, y_<t). Tricks: 
 hierarchical paragraph-then-sentence LOO, a smaller proxy model, and proxy pruning with target
 rescoring. Peer: ContextCite (Cohen-Wang, Shah, Georgiev & Madry 2024, "ContextCite:
 Attributing Model Generation to Context"): random ablations and a sparse linear surrogate.
+Here: the options and "build the game, call the estimator": the span game (games/spans.py) on
+a LanguageModel (models/lm_protocol.py), leave-one-out and its narrowing (estimators/loo.py),
+ContextCite's surrogate (estimators/surrogate.py).
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from explainers.estimators import loo
+from explainers.estimators import loo, surrogate
 from explainers.explanation import ExplainResult, Explanation, OptionError
-from explainers.games import BudgetError
-from explainers.games.spans import PLACEHOLDER, LanguageModel, Prompting, SpanGame
+from explainers.games import BudgetError, GameRecorder
+from explainers.games.spans import PLACEHOLDER, Prompting, SpanGame, SpanMaskGame
 from explainers.options import ExplainerOptions
 from explainers.sentences import build_tree
+from models.lm_protocol import LanguageModelProtocol as LanguageModel
 
-VERSION = "1"
+VERSION = "2"  # 2: ContextCite pays a repeated ablation once; the echo drops what did not apply
 DEFAULT_TEMPLATE = "{context}\n\nQuestion: {query}\nAnswer:"
 MAX_CONTEXT_CHARS = 20_000
 
@@ -87,24 +91,22 @@ class AttriBoTOptions(ExplainerOptions):
 
 
 def _contextcite(
-    game: SpanGame, n_spans: int, units: list[frozenset[int]], o: AttriBoTOptions, seed: int
+    game: SpanGame, units: list[frozenset[int]], o: AttriBoTOptions, seed: int
 ) -> tuple[np.ndarray, float, dict[str, Any]]:
-    """Lasso weights of span presence fitted to per-token log-likelihoods, × response tokens."""
-    from sklearn.linear_model import Lasso
-
-    rng = np.random.default_rng(seed)
-    keep = rng.random((o.n_ablations, n_spans)) < o.keep_prob  # [m, n] True = span present
-    removals = [frozenset().union(*(units[j] for j in np.flatnonzero(~row))) for row in keep]
-    full, ll = game.evaluate(frozenset(), removals, skip_unchanged=False)
+    """ContextCite: the Lasso surrogate of the span game, fitted to per-token log-likelihoods
+    (weights × response tokens). A repeated ablation costs no forward pass."""
     n_response = len(game.shared.response_ids(game.lm))
-    x = keep.astype(np.float64)
-    mean, std = x.mean(axis=0), x.std(axis=0)
-    std = np.where(std > 0, std, 1.0)
-    fit = Lasso(alpha=o.lasso_alpha, fit_intercept=True, random_state=seed)
-    fit.fit((x - mean) / std, ll / n_response)
-    weights = fit.coef_ / std * n_response
-    intercept = (fit.intercept_ - (fit.coef_ * mean / std).sum()) * n_response
-    return weights, full, {"ablations": o.n_ablations, "surrogate_intercept": float(intercept)}
+    recorder = GameRecorder(SpanMaskGame(game, tuple(units)), len(units), o.n_ablations + 1)
+    est = surrogate.linear_surrogate(
+        recorder,
+        np.random.default_rng(seed),
+        o.n_ablations,
+        o.keep_prob,
+        o.lasso_alpha,
+        scale=n_response,
+    )
+    extra = {"ablations": o.n_ablations, "surrogate_intercept": float(est.base_value)}
+    return est.values, float(est.full_value), extra
 
 
 def _check(o: AttriBoTOptions) -> None:
@@ -168,7 +170,7 @@ def attribute(
     o = _budgeted(o, n, budget)
     scorer = model(o.proxy_model)
     if o.method == "contextcite":
-        values, full, extra = _contextcite(SpanGame(lm, shared), n, units, o, seed)
+        values, full, extra = _contextcite(SpanGame(lm, shared), units, o, seed)
         scored_by = ["contextcite"] * n
     else:
         values, full, extra, scored_by = _loo(shared, lm, scorer, model, units, o, seconds)
@@ -211,7 +213,25 @@ def attribute(
         players=tuple(spans),
         details=details,
     )
-    return explanation, o.model_dump(mode="json")
+    return explanation, _echo(o, generated)
+
+
+def _echo(o: AttriBoTOptions, generated: bool) -> dict[str, Any]:
+    """The options as applied, less those this request did not use (DESIGN.md 4.4)."""
+    drop: set[str] = set()
+    if o.method != "contextcite":
+        drop |= {"n_ablations", "keep_prob", "lasso_alpha"}
+    if o.method == "loo":
+        drop.add("kv_cache")  # loo is the reference: never the cache
+    if o.method != "attribot":
+        drop |= {"hierarchical", "proxy_model", "prune"}
+    if not o.hierarchical:
+        drop.add("keep_paragraphs")
+    if not o.prune:
+        drop |= {"pruning_model", "keep_sentences"}
+    if not generated:
+        drop |= {"max_new_tokens", "stop"}
+    return o.echo(drop=drop)
 
 
 def _response(
@@ -305,18 +325,21 @@ def explain(
     response: str | None = None,
 ) -> ExplainResult:
     """The registry entry: one AttriBoT explanation of a `lm` model's response."""
-    from models.lm import SOURCES, LanguageModel, shared_language_model
+    from models import lm as built_in  # torch: only when a language model is explained
 
     del inputs, background
-    if not isinstance(model, LanguageModel):
+    if not isinstance(model, built_in.LanguageModel):
         raise OptionError("attribot explains language models (modality lm)")
     if target not in (None, 0):
         raise OptionError("a language model has one output: the response log-likelihood")
+    cache_dir = model.cache_dir
 
-    def resolve(name: str) -> Any:
-        if name not in SOURCES:
-            raise OptionError(f"unknown proxy model {name!r}; built-in LMs: {sorted(SOURCES)}")
-        return shared_language_model(name, model.cache_dir)
+    def resolve(name: str) -> LanguageModel:
+        if name not in built_in.SOURCES:
+            raise OptionError(
+                f"unknown proxy model {name!r}; built-in LMs: {sorted(built_in.SOURCES)}"
+            )
+        return built_in.shared_language_model(name, cache_dir)
 
     explanation, params = attribute(
         model, context, query, response, options, resolve=resolve, seed=seed, budget=budget

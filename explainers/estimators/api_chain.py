@@ -49,4 +49,5 @@ def permutation_chain(recorder: GameRecorder, rng: np.random.Generator) -> Estim
         recorder.n_coalitions,
         "permutation",
         error,
+        index="API",
     )

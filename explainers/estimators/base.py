@@ -74,7 +74,7 @@ class Estimate:
     error_std: np.ndarray | None = None  # standard error per value, same shape as values
     partial: bool = False  # stopped early at the deadline: an anytime estimate on fewer samples
     precision: Precision | None = None  # with a target_se: whether it was reached
-    index: str = "SV"  # which index the values are: SV, SII, k-SII, STII, FSII, FBII, API, ...
+    index: str = "SV"  # what the values are: SV, SII, k-SII, STII, FSII, FBII, surrogate, ...
     max_order: int = 1  # highest order in `interactions`
     interactions: Mapping[tuple[int, ...], float] | None = None  # player tuple -> term
     output: int | None = None  # the one output explained, when values are [n] of one output

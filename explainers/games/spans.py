@@ -3,6 +3,8 @@
 ℓ = Σ_t log p(y_t | prompt, y_<t) of a fixed response (AttriBoT, Liu et al. ICLR 2025;
 ContextCite, Cohen-Wang et al. 2024). Players are sets of context sentences (a sentence, or a
 paragraph's sentences). A batch shares the KV cache of the base prompt's pass (exact).
+`SpanGame` evaluates removals (leave-one-out); `SpanMaskGame` is the same game over coalition
+masks, for the estimators that take a game (ContextCite's surrogate).
 No torch here: the language model does the tensor work.
 """
 
@@ -95,4 +97,22 @@ class SpanGame:
         return float(self.lm.response_log_likelihood([prompt], response)[0][0]), None
 
 
-__all__ = ["LanguageModel", "Prompting", "SpanGame"]
+@dataclass(frozen=True)
+class SpanMaskGame:
+    """The span game as a coalition game: v(masks [m, n], True = unit present) [m] = ℓ with the
+    absent units' sentences left out. One reference pass per call; a mask that leaves the
+    prompt as it is (every unit present, or only empty units absent) costs no pass."""
+
+    game: SpanGame
+    units: tuple[frozenset[int], ...]  # the sentences of each player
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+        removals = [
+            frozenset[int]().union(*(self.units[j] for j in np.flatnonzero(~row)))
+            for row in masks
+        ]
+        return self.game.evaluate(frozenset(), removals)[1]
+
+
+__all__ = ["LanguageModel", "Prompting", "SpanGame", "SpanMaskGame"]

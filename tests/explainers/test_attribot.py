@@ -109,6 +109,30 @@ def test_loo_equals_plain_transformers_forward(
     assert e.n_model_evals == 1 + N_SENTENCES and e.exact
 
 
+def test_contextcite_equals_a_lasso_on_plain_forward_passes(
+    gemma: LanguageModel, runs: dict[str, Explanation]
+) -> None:
+    """ContextCite (estimators/surrogate.py on the span game) = sklearn's Lasso on the seed's
+    ablations, each scored by one plain transformers forward pass; a repeat costs no pass."""
+    from sklearn.linear_model import Lasso
+
+    e = runs["contextcite"]
+    tree = build_tree(CONTEXT)
+    masks = np.random.default_rng(0).random((24, N_SENTENCES)) < 0.5  # seed 0, 24 ablations
+    memo: dict[tuple[bool, ...], float] = {}
+    for row in masks:
+        removed = {j for j in range(N_SENTENCES) if not row[j]}
+        memo.setdefault(tuple(row), _ll(gemma, tree.without(removed), RESPONSE))
+    y = np.array([memo[tuple(row)] for row in masks])
+    n_response = len(gemma.encode(RESPONSE, bos=False))
+    x = masks.astype(np.float64)
+    mean, std = x.mean(axis=0), np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+    fit = Lasso(alpha=0.01).fit((x - mean) / std, y / n_response)
+    np.testing.assert_allclose(e.values, fit.coef_ / std * n_response, atol=5e-3)
+    assert e.instance_output_value == pytest.approx(_ll(gemma, tree.text, RESPONSE), abs=1e-3)
+    assert e.n_model_evals == 1 + len({tuple(row) for row in masks if not row.all()})
+
+
 def test_kv_cache_equals_no_cache_and_computes_fewer_tokens(runs: dict[str, Explanation]) -> None:
     loo, kv = runs["loo"], runs["kv"]
     np.testing.assert_allclose(kv.values, loo.values, atol=2e-3)
