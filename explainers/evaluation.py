@@ -14,13 +14,14 @@ from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
 from explainers.games import Game, rows_per_coalition
 from explainers.games.absence import Absence, Kind, references
 from explainers.games.masked import MaskedModelGame, patch_groups
 from explainers.games.text import TextGame
+from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
 Metric = Literal["deletion", "insertion", "mufidelity", "sensitivity"]
@@ -30,10 +31,9 @@ Removal = Literal["auto", "zero", "mean", "blur", "background", "value", "delete
 Rerun = Callable[[np.ndarray, int], np.ndarray]
 
 
-class EvaluateOptions(BaseModel):
-    """What to measure and how players are removed; defaults are ours unless noted."""
-
-    model_config = ConfigDict(extra="forbid")
+class EvaluateOptions(ExplainerOptions):
+    """What to measure and how players are removed; defaults are ours unless noted. Strict like
+    every explainer's options (`steps: "3"` is a 422)."""
     metrics: list[Metric] = Field(
         default_factory=lambda: list(METRICS), min_length=1, description="figures to compute"
     )
@@ -255,20 +255,19 @@ def evaluate(
                 rerun, e.output_index, x, values, np.asarray(scale), options, rng
             )
         figures.append(one)
-    echo = options.model_dump()
-    echo["removal"] = resolved
-    if resolved == "blur" and model.modality == "image":
-        echo["blur_sigma"] = options.blur_sigma or min(model.input_shape[-2:]) / 4
-    else:
-        echo.pop("blur_sigma")
+    drop = set()
+    blur = resolved == "blur" and model.modality == "image"
+    if not blur:
+        drop.add("blur_sigma")
     if options.removal != "value":
-        echo.pop("removal_value")
+        drop.add("removal_value")
     if "mufidelity" not in options.metrics:
-        echo.pop("n_subsets")
-        echo.pop("subset_fraction")
+        drop |= {"n_subsets", "subset_fraction"}
     if "sensitivity" not in options.metrics:
-        echo.pop("n_perturbations")
-        echo.pop("radius")
+        drop |= {"n_perturbations", "radius"}
+    echo = {**options.echo(drop=drop), "removal": resolved}
+    if blur:
+        echo["blur_sigma"] = options.blur_sigma or min(model.input_shape[-2:]) / 4
     return figures, echo
 
 

@@ -24,13 +24,13 @@ from pydantic import BaseModel, Field
 
 from explainers import caveats
 from explainers.budget import default_budget
-from explainers.estimators.registry import choose_estimator, shapley_values
+from explainers.estimators.registry import SamplerName, choose_estimator, shapley_values
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.options import ExplainerOptions
 from models.base import Model, RankerModel
 
-VERSION = "1"
+VERSION = "2"  # 2: players="query" no longer echoes max_players (it does not apply)
 TERM = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's and bm25s's token pattern, lowercased
 MAX_DOCUMENTS = 100
 
@@ -77,7 +77,7 @@ class RankShapOptions(ExplainerOptions):
     estimator: Literal["auto", "exact", "kernel", "permutation"] = Field(
         "auto", description="auto: exact when 2^n coalitions fit the budget, else KernelSHAP"
     )
-    sampler: Literal["kernel", "leverage"] = Field(
+    sampler: SamplerName = Field(
         "kernel", description="coalition sampler of the kernel estimator"
     )
     fidelity_min_range: float = Field(
@@ -347,7 +347,8 @@ def explain(
     flat = caveats.flat(explanation, model)  # the generic rule, so one caveat, not two
     if flat is not None:
         explanation = replace(explanation, warnings=(flat,))
-    echo = options.model_dump()
+    # max_players chooses among the documents' terms: it does not apply to the query's
+    echo = options.echo(drop={"max_players"} if options.players == "query" else ())
     echo["k"] = game.k
     if options.absence == "mask":
         echo["mask_token"] = mask

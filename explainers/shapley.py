@@ -92,11 +92,13 @@ class ShapleyOptions(ExplainerOptions):
 
 @dataclass(frozen=True)
 class _Plan:
-    """Per instance a game and its text players; the player names and what to echo."""
+    """Per instance a game and its text players; the player names; the options that do not
+    apply (not echoed) and the values resolved for the echo."""
 
     games: list[tuple[Game, int, tuple[Span, ...] | None]]  # (game, n_players, text players)
     names: tuple[str, ...]
-    echo: dict[str, Any]
+    drop: frozenset[str]
+    resolved: dict[str, Any]
     budget: int  # per instance, after defaults
     cost: int  # model rows per coalition
 
@@ -135,12 +137,9 @@ def _array_plan(
         )
         for x in inputs
     ]
-    echo = options.model_dump(exclude={"players", "absence"})
-    echo["masker"] = masker_echo
-    echo["output"] = space
-    if model.modality != "image":
-        echo.pop("patch_size")
-    return _Plan(games, tuple(names), echo, budget, cost)
+    drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
+    resolved = {"masker": masker_echo, "output": space}
+    return _Plan(games, tuple(names), frozenset(drop), resolved, budget, cost)
 
 
 def _text_plan(
@@ -159,10 +158,8 @@ def _text_plan(
     longest = max(n for _, n, _ in games)
     if budget is None:
         budget = default_budget(longest, 1, options.estimator, options.target_se is not None)
-    echo = options.model_dump(exclude={"masker", "patch_size", "output"})
-    if options.absence == "mask":
-        echo["mask_token"] = model.mask_token
-    return _Plan(games, (), echo, budget, 1)
+    resolved = {"mask_token": model.mask_token} if options.absence == "mask" else {}
+    return _Plan(games, (), frozenset({"masker", "patch_size", "output"}), resolved, budget, 1)
 
 
 def explain(
@@ -213,12 +210,7 @@ def explain(
         explanations.append(
             replace(explanation, players=players, warnings=explanation.warnings + caveats)
         )
-    echo = plan.echo
-    echo.pop("audit_reference", None)  # rows: in the cache key, not echoed
-    if options.index in ("SV", "API"):
-        echo.pop("max_order")
-    if options.index != "API":
-        echo.pop("api_variant")
+    echo = {**options.echo(drop=plan.drop | _index_drop(options.index)), **plan.resolved}
     additive = options.index in interactions.EFFICIENT
     meta: dict[str, Any] = {}
     if background is not None:
@@ -234,12 +226,9 @@ def _tree_result(
 ) -> ExplainResult:
     """Exact TreeSHAP by the booster's own library (path-dependent, in the raw margin)."""
     explanations = shapley_trees.tree_explanations(model, inputs, options.index, target)
-    echo = options.model_dump(
-        exclude={"players", "absence", "patch_size", "api_variant", "sampler", "audit_reference"}
-    )
+    drop = _index_drop(options.index) | {"players", "absence", "patch_size", "sampler"}
+    echo = options.echo(drop=drop)
     echo.update(estimator="tree", output="margin", masker=shapley_trees.PATH_DEPENDENT)
-    if options.index == "SV":
-        echo.pop("max_order")
     return ExplainResult(
         tuple(explanations),
         tuple(model.feature_names),
@@ -247,6 +236,17 @@ def _tree_result(
         budget=1,
         additive=options.index == "SV",
     )
+
+
+def _index_drop(index: str) -> frozenset[str]:
+    """Options the index does not use, and audit_reference (rows: in the cache key, not
+    echoed)."""
+    drop = {"audit_reference"}
+    if index in ("SV", "API"):
+        drop.add("max_order")
+    if index != "API":
+        drop.add("api_variant")
+    return frozenset(drop)
 
 
 def _audit_reference(

@@ -140,10 +140,8 @@ def _array_instances(
         )
         for x in inputs
     ]
-    echo = options.model_dump(exclude={"players", "absence"})
-    echo["masker"] = masker_echo
-    if model.modality != "image":
-        echo.pop("patch_size")
+    drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
+    echo = {**options.echo(drop=drop), "masker": masker_echo}
     return instances, names, echo, len(references)
 
 
@@ -167,7 +165,7 @@ def _text_instances(
         instances.append(
             _Instance(game, game.n_players, direct_for(game), game.pieces, game.compose)
         )
-    echo = options.model_dump(exclude={"masker", "patch_size"})
+    echo = options.echo(drop={"masker", "patch_size"})
     if options.absence == "mask":
         echo["mask_token"] = model.mask_token
     return instances, echo

@@ -258,3 +258,13 @@ def test_a_string_for_a_number_is_a_422(client: TestClient, name: str) -> None:
         r = _explain(client, name, {"parameters": params})
     assert r.status_code == 422, r.text
     assert r.json()["code"] == "validation_error"
+
+
+def test_a_string_for_a_number_in_evaluate_is_a_422(client: TestClient) -> None:
+    """parameters.evaluate is strict too (EvaluateOptions is an ExplainerOptions)."""
+    body = {"metrics": ["deletion"], "steps": "3"}
+    r = _explain(client, "shapley", {"parameters": {"evaluate": body}})
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_error"
+    ok = _explain(client, "shapley", {"parameters": {"evaluate": {**body, "steps": 3}}})
+    assert ok.status_code == 200, ok.text
