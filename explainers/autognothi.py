@@ -40,6 +40,7 @@ from models.base import Model, TextModel
 VERSION = "1"
 KIND = "autognothi"  # the artifact kind in the model store
 TRAIN_JOB = "train-autognothi"
+EMPTY_CACHE = 4096  # remembered v(empty) strings per artifact
 
 
 class AutoGnothiStore(SalvageStore):
@@ -183,22 +184,24 @@ class Amortized:
 
 
 def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized:
-    """Word values for every class of every text: one batched encoder pass (each text and its
-    every-word-deleted text, the latter once per distinct string) and the side network."""
+    """Word values for every class of every text: one encoder pass over the texts and the side
+    network. v(empty), the text with every word deleted (its punctuation: few distinct
+    strings), is remembered per artifact; new ones take a pass of their own (a few tokens)."""
     empties = empty_texts(model, texts)
-    distinct = list(dict.fromkeys(empties))
-    enc = encode(model, texts + distinct)
-    m = len(texts)
-    where = {t: m + i for i, t in enumerate(distinct)}
-    empty = enc.probs[[where[t] for t in empties]]  # [m, C]
-    head = type(enc)(enc.hidden[:m], enc.token_mask[:m], enc.words[:m], enc.word_mask[:m],
-                     enc.probs[:m])  # fmt: skip
+    missing = [t for t in dict.fromkeys(empties) if (model.version, t) not in trained.empty]
+    if missing:
+        probs = np.asarray(model.predict_texts(missing), dtype=np.float32)
+        if len(trained.empty) > EMPTY_CACHE:
+            trained.empty.clear()
+        trained.empty.update({(model.version, t): p for t, p in zip(missing, probs, strict=True)})
+    empty = torch.from_numpy(np.stack([trained.empty[(model.version, t)] for t in empties]))
+    enc = encode(model, texts)
     with torch.inference_mode():
-        phi = word_values(trained.net, head, head.probs, empty).numpy().astype(np.float64)
-    n_words = head.word_mask.sum(dim=1).tolist()
+        phi = word_values(trained.net, enc, enc.probs, empty).numpy().astype(np.float64)
+    n_words = enc.word_mask.sum(dim=1).tolist()
     return Amortized(
         [phi[i, : int(n)] for i, n in enumerate(n_words)],
-        head.probs.numpy().astype(np.float64),
+        enc.probs.numpy().astype(np.float64),
         empty.numpy().astype(np.float64),
     )
 
@@ -239,7 +242,7 @@ def explain(
                 base_value=float(out.empty[i, c]),
                 instance_output_value=float(out.full[i, c]),
                 exact=False,
-                n_model_evals=2,  # rows of the one encoder pass: the text, every word deleted
+                n_model_evals=1,  # the one encoder pass (v(empty) of its punctuation: cached)
                 estimator="autognothi",
                 players=game.pieces,
                 details={"probabilities": out.full[i].tolist(), "units": "probability"},

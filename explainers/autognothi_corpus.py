@@ -3,9 +3,10 @@
 The lexicon (Hutto & Gilbert, ICWSM 2014: 7,520 entries with a mean valence from -4 to 4) ships
 inside the PyPI package vaderSentiment (MIT licence) as `vader_lexicon.txt`, with its booster
 and negation word lists in `vaderSentiment.py`: nothing is downloaded. Sentences are templates
-over a few neutral subjects, filled with lexicon words of clear valence (|mean| >= 1) routed
-by their suffix to adjective, adverb, noun or verb slots. The lexicon's words are split in two
-by a hash, so held-out sentences carry sentiment words that no training sentence has.
+(ours: about 30 review-like forms over a few neutral subjects) filled with lexicon words of
+clear valence (|mean| >= 1), routed by their suffix to adjective, adverb, noun or verb slots.
+The lexicon's words are split in two by a hash, so held-out sentences carry sentiment words
+that no training sentence has.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from explainers.games import ExplainerError
 PACKAGE = "vaderSentiment"
 SUBJECTS = (
     "movie", "food", "hotel", "staff", "book", "phone", "service", "plot", "room", "music",
-    "game", "show", "meal", "trip", "class", "car", "song", "story", "team", "app",
+    "game", "show", "meal", "trip", "class", "car", "song", "story", "team", "app", "film",
+    "product", "restaurant", "experience", "acting", "ending", "price", "place", "seller", "view",
 )  # fmt: skip
 LINKS = ("was", "is", "seemed", "felt", "looked")
+FILLERS = ("from start to finish", "after two days", "every time", "in the end", "again", "today")
 # Short adjectives that carry no adjective suffix (only those in the lexicon are used).
 # fmt: off
 PLAIN_ADJECTIVES = frozenset((
@@ -134,6 +137,21 @@ def _sentence(lex: Lexicon, rng: np.random.Generator) -> str:
         f"I {pick(lex.negations)} {pick(lex.verbs)} this {subj}, it {link} {adj}.",
         f"Honestly, the {subj} {link} {pick(lex.adverbs)} {adj}.",
         f"A {adj} {subj} with a {adj2} {subj2}.",
+        f"It was {adj}.",
+        f"It {link} {pick(lex.boosters)} {adj} {pick(FILLERS)}.",
+        f"Such a {adj} {subj}.",
+        f"Such a {pick(lex.nouns)}.",
+        f"What a {adj}, {adj2} {subj}.",
+        f"I {pick(lex.verbs)} every minute of it.",
+        f"I {pick(lex.verbs)} it {pick(FILLERS)}.",
+        f"I am so {adj}.",
+        f"We were {adj} with the {subj}.",
+        f"This is the most {adj} {subj} I have ever seen.",
+        f"I would not recommend this {adj} {subj} to anyone.",
+        f"The {subj} and the {subj2} were {adj}.",
+        f"Not {adj} at all.",
+        f"The {subj} {link} {adj}, the {subj2} {adj2}.",
+        f"A {adj} and {adj2} {subj} {pick(FILLERS)}.",
     )
     return templates[int(rng.integers(len(templates)))]
 

@@ -31,7 +31,7 @@ from explainers.mobius import mobius_transform, shapley_from_mobius
 from explainers.salvage_masks import kernel_masks
 from models.base import TextModel, weights_hash
 
-TRAINING_VERSION = "1"
+TRAINING_VERSION = "2"  # 2: more sentence templates
 ENCODE_BATCH = 64  # texts per frozen-encoder pass while caching hidden states
 Progress = Callable[[dict[str, Any]], bool]  # a progress record -> keep going?
 
@@ -71,6 +71,8 @@ class Trained:
     metrics: dict[str, Any] = field(default_factory=dict)
     history: tuple[dict[str, Any], ...] = ()
     data_id: str = "vader"  # or the SHA-256 of the sentences it was given
+    # v(empty) by (model version, text with every word deleted): few distinct strings
+    empty: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, compare=False)
 
     @property
     def id(self) -> str:
