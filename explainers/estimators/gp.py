@@ -1,24 +1,29 @@
 """Gaussian-process Shapley values: a Bayesian regression of the game on a Möbius kernel.
 
-Prior [ours, after Rasmussen & Williams (2006), "Gaussian processes for machine learning", and
-the Möbius (Harsanyi) dividends of Grabisch (1997)]: v(S) = sum over non-empty T within S of
-a_T, the dividends a_T independent N(0, s^2 w_|T|), w_1 = 1 and w_k = gamma theta^(k-1) from
-order 2 on. Then cov(v(S), v(U)) = s^2 sum_k w_k C(|S & U|, k), and, with phi_i = sum over T
-containing i of a_T / |T|, cov(phi_i, v(S)) = [i in S] s^2 sum_k w_k C(|S|, k) / |S|: the
-posterior mean and variance of every Shapley value are closed-form in the sampled coalitions
-(every order of interaction, no feature selection). theta, gamma and a nugget (the part of the
-game the prior misses, relative to the kernel's diagonal) are chosen by marginal likelihood on
-PILOT_ROWS rows; s^2 is its maximum-likelihood value on all rows, raised to the leave-one-out
-estimate where that is larger, over m - n degrees of freedom, times Student's t over the
-normal quantile (calibration: docs/benchmarks.md).
+Prior [ours, after Rasmussen & Williams (2006), "Gaussian processes for machine learning",
+their automatic relevance determination, and the Möbius (Harsanyi) dividends of Grabisch
+(1997)]: v(S) = sum over non-empty T within S of a_T, the dividends independent normal with
+variance s^2 q_i for a player i alone and s^2 (gamma / theta) prod_{j in T} theta q_j for
+|T| >= 2. The relevances q (mean 1) are |beta|^p of a ridge linear fit, floored at FLOOR of the
+largest; p = 0 is the isotropic prior. Then, with u = theta q,
+cov(v(S), v(U)) = s^2 [(1 - gamma) sum_{S & U} q + (gamma / theta)(prod_{S & U}(1 + u) - 1)],
+and for phi_i = sum over T containing i of a_T / |T|, i in S,
+cov(phi_i, v(S)) = s^2 [q_i + (gamma / theta) u_i (int_0^1 prod_{S - i}(1 + x u) dx - 1)]
+(Gauss-Legendre, exact): the posterior mean and variance of every Shapley value are closed-form
+in the sampled coalitions, every order of interaction at once. theta = tau / n, p, gamma and a
+nugget (the part of the game the prior misses) are chosen by marginal likelihood on
+max(PILOT_ROWS, 2n) rows; s^2 is the likelihood's on all rows, raised to the leave-one-out
+estimate where larger, over m - n degrees of freedom, times Student's t over the normal
+quantile, and raised again where two fits on complementary halves of the drawn pairs differ by
+more than it allows (the prior's own variance can be wrong; calibration: docs/benchmarks.md).
 
 Coalitions: exactly KernelSHAP's plan (kernel.Planner: small sizes enumerated, the rest in
 complement pairs, same seed, rounds and budget accounting); v(full) is fitted without nugget,
 so the posterior mean is efficient. The posterior is well posed at any budget: where
 KernelSHAP's regression is square (2n coalitions: n-1 pairs for n-1 free values) and amplifies
-noise, this shrinks. error_std: the posterior standard deviation. Own time: one Cholesky
-factorisation of the m x m kernel matrix (m coalitions), about 0.1 s at m = 2000 on one core;
-beyond MAX_ROWS coalitions it is KernelSHAP on the same plan.
+noise, this shrinks. Own time: a Cholesky factorisation of the m x m kernel matrix (m
+coalitions) and two of half its size, about 0.1-0.2 s at m = 2000 on one core; beyond MAX_ROWS
+coalitions or MAX_PLAYERS players it is KernelSHAP on the same plan.
 """
 
 from __future__ import annotations
@@ -35,14 +40,16 @@ from explainers.estimators.kernel import Design, min_coalitions
 from explainers.estimators.rounds import Round, drive
 from explainers.games import GameRecorder
 
-TAUS = (0.02, 0.2, 1.0, 2.0, 4.0, 8.0, 16.0)  # n times theta: variance ratio of order k+1 ...
-GAMMAS = (0.25, 1.0, 4.0)  # ... to order k from 2 on; order 2 has gamma theta times order 1's
+TAUS = (0.02, 0.2, 1.0, 2.0, 4.0, 8.0, 16.0)  # n times theta (interaction strength per order)
+POWERS = (0.0, 1.0, 2.0, 4.0)  # relevance q ~ |linear effect|^p (0: every player alike) ...
+FLOOR = 0.05  # ... at least this share of the largest (an unseen effect keeps prior variance)
+GAMMAS = (0.25, 1.0, 4.0)  # variance of order >= 2 relative to the geometric law from order 1
 NUGGETS = (1e-6, 1e-4, 1e-3, 1e-2)  # unexplained variance, relative to the kernel's diagonal
-PILOT_ROWS = 256  # rows of the marginal-likelihood choice of (theta, nugget)
+PILOT_ROWS = 256  # rows (at least 2n) of the marginal-likelihood choice of the prior
 MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n + 2048) ...
-MAX_PLAYERS = 512  # ... and players (the prior's tables hold sums of C(n, k) in float64)
+MAX_PLAYERS = 512  # ... and players
 
-__all__ = ["MAX_PLAYERS", "MAX_ROWS", "gp", "min_coalitions", "rounds"]
+__all__ = ["MAX_PLAYERS", "MAX_ROWS", "Prior", "gp", "min_coalitions", "posterior", "rounds"]
 
 
 def gp(
@@ -60,32 +67,38 @@ def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> It
     return kernel.rounds(recorder, rng, sampler, fit=_fit, name="gp")
 
 
-def _weights(n: int, theta: float, gamma: float) -> np.ndarray:
-    """Prior variance of one dividend of each order k = 0..n: 0, 1, gamma theta^(k-1)."""
-    k = np.arange(n + 1, dtype=np.float64)
-    w = gamma * theta ** np.maximum(k - 1, 0)
-    w[0], w[1] = 0.0, 1.0
-    return w
+class Prior:
+    """The dividend prior with relevances q (mean 1), theta and gamma (s^2 = 1)."""
 
+    def __init__(self, q: np.ndarray, theta: float, gamma: float) -> None:
+        self.q, self.theta, self.gamma = q, theta, gamma
+        self.u = theta * q
 
-def _binomials(n: int) -> np.ndarray:
-    """C(t, k) for t, k = 0..n. [n+1, n+1]"""
-    c = np.zeros((n + 1, n + 1))
-    c[:, 0] = 1.0
-    for t in range(1, n + 1):
-        c[t, 1:] = c[t - 1, 1:] + c[t - 1, :-1]
-    return c
+    def cov(self, z: np.ndarray) -> np.ndarray:
+        """cov(v(S), v(U)) for the rows of z. [m, m]"""
+        linear = (z * self.q) @ z.T
+        product = np.expm1((z * np.log1p(self.u)) @ z.T)
+        return np.asarray((1 - self.gamma) * linear + (self.gamma / self.theta) * product)
 
+    def _nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Gauss-Legendre nodes and weights on [0, 1], exact for degree n - 1 and 2n - 2."""
+        x, w = np.polynomial.legendre.leggauss(len(self.q) // 2 + 2)
+        return (x + 1) / 2, w / 2
 
-def _tables(n: int, theta: float, gamma: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Per count t = 0..n: the prior covariance of v(S), v(U) with |S & U| = t, and of
-    phi_i, v(S) with |S| = t, i in S; and the prior variance of one Shapley value."""
-    w, c = _weights(n, theta, gamma), _binomials(n)
-    cov = c @ w  # sum_k w_k C(t, k)
-    cross = cov / np.maximum(np.arange(n + 1), 1)  # sum_k w_k C(t-1, k-1) / k
-    k = np.arange(1, n + 1)
-    var = float(np.sum(w[1:] * c[n - 1, k - 1] / k**2))
-    return cov, cross, var
+    def cross(self, z: np.ndarray) -> np.ndarray:
+        """cov(phi_i, v(S)) for the rows of z. [m, n]"""
+        x, w = self._nodes()
+        prod = np.exp(z @ np.log1p(np.outer(x, self.u)).T)  # [m, nodes] prod over S of 1 + x u
+        integral = (prod * w) @ (1.0 / (1.0 + np.outer(x, self.u)))  # [m, n] without i
+        return np.asarray(z * (self.q + self.gamma / self.theta * self.u * (integral - 1.0)))
+
+    def variance(self) -> np.ndarray:
+        """Prior variance of each Shapley value. [n]"""
+        x, w = self._nodes()
+        xy, wxy = np.outer(x, x).ravel(), np.outer(w, w).ravel()
+        logs = np.log1p(np.outer(xy, self.u))  # [nodes^2, n]
+        integral = (np.exp(logs.sum(axis=1, keepdims=True) - logs) * wxy[:, None]).sum(axis=0)
+        return np.asarray(self.q + self.gamma / self.theta * self.u * (integral - 1.0))
 
 
 def _factor(k: np.ndarray, noise: np.ndarray) -> np.ndarray | None:
@@ -105,23 +118,38 @@ def _noise(m: int, nugget: float) -> np.ndarray:
     return noise
 
 
-def _choose(t: np.ndarray, y: np.ndarray, n: int) -> tuple[float, float, float, np.ndarray]:
-    """(theta, gamma, nugget) of the largest marginal likelihood (s^2 profiled out, shared by
+def _relevance(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """|linear effect| of each player relative to the largest (over outputs), by ridge. [n]"""
+    n = z.shape[1]
+    a = z.T @ z
+    a[np.diag_indices(n)] += 1e-3 * np.trace(a) / n
+    beta = np.abs(np.linalg.solve(a, z.T @ y))  # [n, k]
+    return np.asarray((beta / np.maximum(beta.max(axis=0), 1e-300)).max(axis=1))
+
+
+def _q(r: np.ndarray, p: float) -> np.ndarray:
+    q = np.maximum(r**p, FLOOR)
+    return np.asarray(q / q.mean())
+
+
+def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
+    """The prior and nugget of the largest marginal likelihood (s^2 profiled out, shared by
     the outputs) on at most max(PILOT_ROWS, 2n) rows (the full coalition and a seeded spread of
-    the rest): (theta, nugget) at gamma 1, then (gamma, nugget) at that theta. Also, there, the
-    ratio of the leave-one-out estimate of s^2 to the likelihood's (at least 1; per output):
-    where the prior is wrong, held-out errors are larger than it expects."""
-    m, pilot = len(y), max(PILOT_ROWS, 2 * n)  # at least as many rows as main effects, twice
+    the rest): (tau, nugget) with every player alike and gamma 1, then p, then gamma. Also,
+    there, the ratio of the leave-one-out estimate of s^2 to the likelihood's (at least 1; per
+    output): where the prior is wrong, held-out errors are larger than it expects."""
+    (m, n), pilot = z.shape, max(PILOT_ROWS, 2 * z.shape[1])
     if m > pilot:
         pick = np.random.default_rng(m).choice(np.arange(1, m), pilot - 1, replace=False)
         idx = np.concatenate([[0], np.sort(pick)])
-        t, y = t[np.ix_(idx, idx)], y[idx]
-        m = pilot
-    best: tuple[float, tuple[float, float, float], np.ndarray, np.ndarray] | None = None
+        z, y, m = z[idx], y[idx], pilot
+    r = _relevance(z, y)
+    best: tuple[float, Prior, float, np.ndarray, np.ndarray] | None = None
 
-    def trial(theta: float, gamma: float) -> None:
+    def trial(tau: float, p: float, gamma: float) -> None:
         nonlocal best
-        k = _tables(n, theta, gamma)[0][t]
+        prior = Prior(_q(r, p), tau / n, gamma)
+        k = prior.cov(z)
         k /= max(float(k.diagonal().mean()), 1e-300)
         if not np.isfinite(k).all():
             return
@@ -135,36 +163,32 @@ def _choose(t: np.ndarray, y: np.ndarray, n: int) -> tuple[float, float, float, 
                 np.log(low.diagonal()).sum()
             )
             if best is None or nll < best[0]:
-                best = (nll, (theta, gamma, nugget), low, s2)
+                best = (nll, prior, nugget, low, s2)
 
     for tau in TAUS:
-        trial(tau / n, 1.0)
-    if best is not None:
-        theta = best[1][0]
-        for gamma in GAMMAS:
-            if gamma != 1.0:
-                trial(theta, gamma)
+        trial(tau, 0.0, 1.0)
     if best is None:
-        return 1.0 / n, 1.0, 1e-2, np.ones(y.shape[1])
-    _, (theta, gamma, nugget), low, s2 = best
+        return Prior(np.ones(n), 1.0 / n, 1.0), 1e-2, np.ones(y.shape[1])
+    theta = best[1].theta
+    for p in POWERS[1:]:
+        trial(theta * n, p, 1.0)
+    p = next(p for p in POWERS if np.allclose(best[1].q, _q(r, p)))
+    for gamma in GAMMAS:
+        if gamma != 1.0:
+            trial(theta * n, p, gamma)
+    _, prior, nugget, low, s2 = best
     inv = solve_triangular(low, np.eye(m), lower=True, check_finite=False)
     alpha = inv.T @ (inv @ y)
     s2_loo = (alpha**2 / np.maximum((inv**2).sum(axis=0), 1e-300)[:, None]).mean(axis=0)
-    return theta, gamma, nugget, np.maximum(s2_loo / s2, 1.0)
+    return prior, nugget, np.maximum(s2_loo / s2, 1.0)
 
 
-def posterior(masks: np.ndarray, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and standard deviation of the Shapley values. [n, k] each
-
-    `masks` [m, n]: the non-empty coalitions, the full one first; `y` [m, k]: v(S) - v(empty).
-    """
-    n = masks.shape[1]
-    z = masks.astype(np.float64)
-    z32 = masks.astype(np.float32)  # counts up to n are exact in float32; its product is faster
-    t = (z32 @ z32.T).astype(np.intp)  # players in common
-    theta, gamma, nugget, inflate = _choose(t, y, n)
-    cov, cross_of_size, prior_var = _tables(n, theta, gamma)
-    k = cov[t]
+def _mean(
+    z: np.ndarray, y: np.ndarray, total: np.ndarray, prior: Prior, nugget: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Posterior mean of the Shapley values, with what the variance needs: the whitened
+    values and cross-covariances, and the kernel's scale. [n, k], [m, k], [m, n]"""
+    k = prior.cov(z)
     norm = max(float(k.diagonal().mean()), 1e-300)
     k /= norm
     low = None
@@ -173,17 +197,41 @@ def posterior(masks: np.ndarray, y: np.ndarray, total: np.ndarray) -> tuple[np.n
         nugget *= 10
     a0 = solve_triangular(low, y, lower=True, check_finite=False)  # [m, k]
     alpha = solve_triangular(low.T, a0, lower=False, check_finite=False)
-    size = z.sum(axis=1)
-    cross = z * (cross_of_size[size.astype(np.intp)] / norm)[:, None]  # cov(v(S), phi)
+    cross = prior.cross(z) / norm  # cov(v(S), phi) [m, n]
     phi = cross.T @ alpha
-    phi += (total - phi.sum(axis=0)) / n  # rounding only: v(full) is fitted exactly
-    v = solve_triangular(low, cross, lower=True, check_finite=False)  # [m, n]
-    var = np.maximum(prior_var / norm - (v**2).sum(axis=0), 0.0)
+    phi += (total - phi.sum(axis=0)) / z.shape[1]  # rounding only: v(full) is fitted exactly
+    return phi, a0, solve_triangular(low, cross, lower=True, check_finite=False), norm
+
+
+def posterior(
+    masks: np.ndarray, y: np.ndarray, total: np.ndarray, half: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and standard deviation of the Shapley values. [n, k] each
+
+    `masks` [m, n]: the non-empty coalitions, the full one first; `y` [m, k]: v(S) - v(empty);
+    `half` [m]: 0 or 1 for the rows of drawn pairs, -1 for the others (both halves).
+    """
+    n = masks.shape[1]
+    z = masks.astype(np.float64)
+    prior, nugget, inflate = _choose(z, y)
+    phi, a0, v, norm = _mean(z, y, total, prior, nugget)
+    var = np.maximum(prior.variance() / norm - (v**2).sum(axis=0), 1e-300)  # [n]
     # [k] the likelihood's scale, held-out calibrated, over m - n degrees of freedom (as a
     # residual variance over m - p: at 2n coalitions the n main effects take half of them),
     # and Student's t 97.5% quantile over the normal's for that many
-    dof = max(len(y) - n, 1)
-    s2 = (a0**2).mean(axis=0) * inflate * len(y) / dof * (student_t.ppf(0.975, dof) / 1.96) ** 2
+    m = len(y)
+    dof = max(m - n, 1)
+    s2 = (a0**2).mean(axis=0) * inflate * m / dof * (student_t.ppf(0.975, dof) / 1.96) ** 2
+    if half is not None and min((half == 0).sum(), (half == 1).sum()) >= n:
+        # Two fits on complementary halves of the pairs differ by about twice the variance of
+        # each, that is, four times the full fit's (variance ~ 1 / pairs): where they differ
+        # more, the prior's own variance is too small.
+        phis = [
+            _mean(z[rows], y[rows], total, prior, nugget)[0]
+            for rows in (np.flatnonzero(half != 1), np.flatnonzero(half != 0))
+        ]
+        spread = ((phis[0] - phis[1]) ** 2).mean(axis=0) / 4  # [k]
+        s2 = np.maximum(s2, spread / var.mean())
     return phi, np.sqrt(var[:, None] * s2[None, :])
 
 
@@ -192,5 +240,8 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
     one is store row 1); KernelSHAP when exact or beyond MAX_ROWS or MAX_PLAYERS."""
     if plan.exact or len(plan.masks) - 1 > MAX_ROWS or plan.masks.shape[1] > MAX_PLAYERS:
         return kernel._blas_limited_fit(plan, y, total)
+    half = np.full(len(plan.masks), -1)
+    pairs = plan.draws.reshape(-1, 2)
+    half[pairs] = (np.arange(len(pairs)) % 2)[:, None]  # draws alternate: i.i.d. halves
     with kernel._blas().limit(limits=1, user_api="blas"):
-        return posterior(plan.masks[1:], y[1:], total)
+        return posterior(plan.masks[1:], y[1:], total, half[1:])
