@@ -3,7 +3,8 @@ and a cached re-run. Real parts: a private redis-server, PostgreSQL (or SQLite w
 
 The cached re-run submits the same audit again: every instance is a cache hit, looked up one
 chunk at a time (one MGET) and stored with one write per chunk. The bench counts the Redis
-commands the re-run issued (INFO commandstats of the private server) and prints the speed-up.
+commands each run issued (INFO commandstats of the private server: on the first run a chunk's
+answers go in one MULTI/EXEC, so EXEC counts those round trips) and prints the speed-up.
 
 Run: .venv/bin/python bench/audit_bench.py [--rows 2000] [--budget 20000] [--workers 1,2]
 """
@@ -59,6 +60,15 @@ def redis_calls(url: str) -> dict[str, int]:
 
     stats = redis.Redis.from_url(url).info("commandstats")
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+
+
+def commands(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The cache's commands between two counts (EXEC: one MULTI/EXEC round trip of SETs)."""
+    return {
+        k: after[k] - before.get(k, 0)
+        for k in ("get", "mget", "set", "exec")
+        if after.get(k, 0) > before.get(k, 0)
+    }
 
 
 def main() -> None:
@@ -123,21 +133,18 @@ def main() -> None:
                 ]
                 time.sleep(4)  # workers load models and connect
                 fresh = {**body, "seed": n_workers}  # a new seed: nothing cached
+                start = redis_calls(url)
                 took, status = run_audit(client, fresh)
+                first = commands(start, redis_calls(url))
                 timings[n_workers] = took
                 print(
                     f"{n_workers} worker(s): {took:.1f} s, {args.rows / took:.1f} rows/s, "
-                    f"{status['status']}"
+                    f"{status['status']}; Redis cache commands {first}"
                 )
                 if n_workers == counts[-1]:
                     before = redis_calls(url)
                     again, status = run_audit(client, fresh, poll=0.02)
-                    after = redis_calls(url)
-                    calls = {
-                        k: after[k] - before.get(k, 0)
-                        for k in ("get", "mget", "set")
-                        if after.get(k, 0) > before.get(k, 0)
-                    }
+                    calls = commands(before, redis_calls(url))
                     chunks = -(-args.rows // args.chunk_size)
                     print(
                         f"cached re-run ({n_workers} workers): {again:.2f} s, "
