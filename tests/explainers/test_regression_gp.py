@@ -123,7 +123,7 @@ def test_prior_covariances_match_the_dividend_sums() -> None:
 
 def test_null_players_get_values_near_zero() -> None:
     """Half the players never matter (a model that ignores them): the relevance-weighted prior
-    finds them (values within 20% of the largest true value of zero), and the error is below
+    finds them (|values| under 20% of the largest true value), and the error is below
     KernelSHAP's on the same coalitions (0.85x: the live players interact strongly)."""
     n, live = 20, 10
     rng = np.random.default_rng(3)
