@@ -55,34 +55,24 @@ def explained(model: Model, full_value: np.ndarray) -> int:
 
 def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
     """One output of an estimate as an Explanation: the estimate's own output when it has one
-    (interaction indices), else the target, else the predicted class."""
-    if est.output is not None:
-        return _one_output(est, est.output)
-    out = target
-    if out is None:
-        out = explained(model, np.atleast_1d(est.full_value))
+    (interaction indices), else the target, else the predicted class. Its interactions become
+    the response's `interactions` field, the one place where a player tuple is written "i,j"."""
+    if est.output is not None:  # values [n] of that output already
+        out = est.output
+
+        def column(a: np.ndarray) -> np.ndarray:
+            return a
+
+    else:  # values [n, k]
+        out = target if target is not None else explained(model, np.atleast_1d(est.full_value))
+
+        def column(a: np.ndarray) -> np.ndarray:
+            return a[..., out]
+
     details = None
     if est.precision is not None:
-        p = est.precision
-        worst = 0.0 if est.error_std is None else float(np.max(est.error_std[:, out]))
-        details = {"precision": {**p.as_dict(), "max_error_std": worst}}
-    return Explanation(
-        output_index=out,
-        values=est.values[:, out],
-        base_value=float(est.base_value[out]),
-        instance_output_value=float(est.full_value[out]),
-        exact=est.exact,
-        n_model_evals=est.n_evaluations,
-        estimator=est.estimator,
-        error_std=None if est.error_std is None else est.error_std[:, out],
-        partial=est.partial,
-        details=details,
-    )
-
-
-def _one_output(est: Estimate, out: int) -> Explanation:
-    """An estimate of output `out` alone (values [n]); its interactions become the response's
-    `interactions` field, the one place where a player tuple is written "i,j"."""
+        worst = 0.0 if est.error_std is None else float(np.max(column(est.error_std)))
+        details = {"precision": {**est.precision.as_dict(), "max_error_std": worst}}
     interactions = None
     if est.interactions is not None:
         interactions = {
@@ -92,14 +82,15 @@ def _one_output(est: Estimate, out: int) -> Explanation:
         }
     return Explanation(
         output_index=out,
-        values=est.values,
-        base_value=float(est.base_value),
-        instance_output_value=float(est.full_value),
+        values=column(est.values),
+        base_value=float(column(est.base_value)),
+        instance_output_value=float(column(est.full_value)),
         exact=est.exact,
         n_model_evals=est.n_evaluations,
         estimator=est.estimator,
-        error_std=est.error_std,
+        error_std=None if est.error_std is None else column(est.error_std),
         partial=est.partial,
+        details=details,
         interactions=interactions,
     )
 
