@@ -1,0 +1,145 @@
+"""digits-sst (models/sst.py, SST): seeded and cached training, accuracy, own subsets that the
+model itself verifies as sufficient, and the shapley / sufficient-subset routes over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from explainers.maskers import patch_groups
+from models import Model, ModelError, ModelRegistry, sst
+from models.builtin import dataset_split, load_digits_cnn
+from models.catalog import BUILTINS
+from models.sst import SSTConfig, load_digits_sst, own_subset, subset_input
+
+# Measured on the cached default model (bench/sst_bench.py, docs/benchmarks.md): test accuracy
+# 0.9755 (digits-cnn: 0.9777), own subsets of 3.12 patches on average that keep the class on
+# 0.920 of the 449 test images; the same number of patches at random places keeps it on 0.283.
+ACCURACY_FLOOR = 0.96
+FAITHFUL_FLOOR = 0.88
+RANDOM_CEILING = 0.45
+MEAN_SIZE_CEILING = 4.0
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread: None) -> None:
+    """One torch thread, as the service runs."""
+
+
+@pytest.fixture(scope="module")
+def model(model_dir: Path) -> Model:
+    return load_digits_sst(model_dir)
+
+
+def test_training_is_seeded_cached_and_rebuilt_when_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = SSTConfig(epochs=4)
+    rng_before = torch.random.get_rng_state()
+    first = load_digits_sst(tmp_path / "a", cfg)
+    assert torch.equal(torch.random.get_rng_state(), rng_before)  # the caller's RNG untouched
+    second = load_digits_sst(tmp_path / "b", cfg)
+    assert first.version == second.version  # same seed, same weights, in another cache
+    assert first.version != load_digits_sst(tmp_path / "a", SSTConfig(epochs=5)).version
+
+    def no_training(*_: object) -> None:
+        raise AssertionError("retrained although the cache holds the weights")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sst, "train_sst", no_training)
+        assert load_digits_sst(tmp_path / "a", cfg).version == first.version
+
+    weights, _ = sst.cache_paths(tmp_path / "a", cfg)
+    weights.write_bytes(b"not a state dict")
+    with caplog.at_level("WARNING", logger="models.sst"):
+        rebuilt = load_digits_sst(tmp_path / "a", cfg)
+    assert rebuilt.version == first.version and "corrupt model cache" in caplog.text
+
+
+def test_registered_as_an_image_classifier(model: Model) -> None:
+    entry = next(b for b in BUILTINS if b.name == "digits-sst")
+    assert entry.modality == "image" and not entry.background
+    assert model.task == "classification" and model.input_range == (0.0, 1.0)
+    assert model.input_shape == (1, 8, 8) and model.n_outputs == 10
+    probs = model.predict(dataset_split("digits-cnn").x_test[:5])
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_held_out_accuracy(model: Model) -> None:
+    split = dataset_split("digits-cnn")
+    accuracy = float((model.predict(split.x_test).argmax(axis=1) == split.y_test).mean())
+    assert accuracy >= ACCURACY_FLOOR
+    assert model.info["training"]["test_accuracy"] == pytest.approx(accuracy)
+
+
+def test_own_subsets_are_sufficient_and_small(model: Model) -> None:
+    x = dataset_split("digits-cnn").x_test
+    classes = model.predict(x).argmax(axis=1)
+    own = own_subset(model, x)
+    assert own.shape == (len(x), 16) and own.dtype == bool
+    assert own.sum(axis=1).mean() <= MEAN_SIZE_CEILING
+    kept = model.predict(subset_input(x, own)).argmax(axis=1) == classes  # the model verifies
+    assert kept.mean() >= FAITHFUL_FLOOR
+    # The selector, not the mere number of patches, makes them sufficient.
+    rng = np.random.default_rng(0)
+    shuffled = np.array([rng.permutation(row) for row in own])
+    assert (model.predict(subset_input(x, shuffled)).argmax(axis=1) == classes).mean() < (
+        RANDOM_CEILING
+    )
+    assert model.info["training"]["test_faithfulness"] == pytest.approx(kept.mean())
+    # One image at a time gives the batch's answer.
+    np.testing.assert_array_equal(own_subset(model, x[:1]), own[:1])
+
+
+def test_players_are_sufficient_subsets_patches() -> None:
+    groups, _ = patch_groups((1, 8, 8), 2)
+    x = np.ones((16, 1, 8, 8), np.float32)
+    kept = subset_input(x, np.eye(16, dtype=bool)).reshape(16, -1)
+    np.testing.assert_array_equal(kept > 0, groups[None, :] == np.arange(16)[:, None])
+
+
+def test_own_subset_needs_an_sst_model(model_dir: Path) -> None:
+    with pytest.raises(ModelError, match="own sufficient subset"):
+        own_subset(load_digits_cnn(model_dir), np.zeros((1, 1, 8, 8), np.float32))
+
+
+@pytest.fixture(scope="module")
+def client(model_dir: Path) -> Iterator[TestClient]:
+    registry = ModelRegistry(model_dir, builtins=[b for b in BUILTINS if b.name == "digits-sst"])
+    settings = Settings(model_dir=model_dir, redis_url=None)
+    with TestClient(create_app(settings, registry)) as c:
+        yield c
+
+
+def test_shapley_and_sufficient_subset_over_http(client: TestClient, model: Model) -> None:
+    listed = client.get("/v2/models/digits-sst").json()["explainers"]
+    assert {"shapley", "sufficient-subset"} <= set(listed)
+    x = dataset_split("digits-cnn").x_test[:2]
+    r = client.post(
+        "/v2/models/digits-sst/explain/shapley",
+        json={"inputs": x[:1].tolist(), "parameters": {"patch_size": 4}},
+    )
+    assert r.status_code == 200, r.text
+    e = r.json()["data"]["explanations"][0]
+    assert len(e["values"]) == 4 and e["exact"] is True
+    np.testing.assert_allclose(
+        sum(e["values"]) + e["base_value"], e["instance_output_value"], rtol=1e-4, atol=1e-5
+    )
+    r = client.post("/v2/models/digits-sst/explain/sufficient-subset", json={"inputs": x.tolist()})
+    assert r.status_code == 200, r.text
+    for xi, e in zip(x, r.json()["data"]["explanations"], strict=True):
+        d = e["details"]
+        assert d["verified"] is True and d["n_players"] == 16
+        subset = np.isin(np.arange(16), d["subset"])[None]
+        p = model.predict(subset_input(xi[None], subset))
+        assert int(p.argmax()) == d["class"] == int(model.predict(xi[None]).argmax())
+        np.testing.assert_allclose(p[0, d["class"]], d["probability_subset"], rtol=1e-5)
+    bad = client.post("/v2/models/digits-sst/explain/sufficient-subset", json={"inputs": [[1]]})
+    assert 400 <= bad.status_code < 500 and "error" in bad.json()
