@@ -41,6 +41,7 @@ VERSION = "1"
 KIND = "autognothi"  # the artifact kind in the model store
 TRAIN_JOB = "train-autognothi"
 EMPTY_CACHE = 4096  # remembered v(empty) strings per artifact
+CHUNK = 16  # texts per encoder pass: 16 x 7 levels x 256 tokens x 384 floats = 44 MB at most
 
 
 class AutoGnothiStore(SalvageStore):
@@ -195,14 +196,17 @@ def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized
             trained.empty.clear()
         trained.empty.update({(model.version, t): p for t, p in zip(missing, probs, strict=True)})
     empty = torch.from_numpy(np.stack([trained.empty[(model.version, t)] for t in empties]))
-    enc = encode(model, texts)
-    with torch.inference_mode():
-        phi = word_values(trained.net, enc, enc.probs, empty).numpy().astype(np.float64)
-    n_words = enc.word_mask.sum(dim=1).tolist()
+    values: list[np.ndarray] = []
+    full = []
+    for start in range(0, len(texts), CHUNK):  # bounds the hidden states kept: [b, 7, t, 384]
+        enc = encode(model, texts[start : start + CHUNK])
+        with torch.inference_mode():
+            phi = word_values(trained.net, enc, enc.probs, empty[start : start + CHUNK]).numpy()
+        n_words = enc.word_mask.sum(dim=1).tolist()
+        values += [phi[i, : int(n)].astype(np.float64) for i, n in enumerate(n_words)]
+        full.append(enc.probs.numpy())
     return Amortized(
-        [phi[i, : int(n)] for i, n in enumerate(n_words)],
-        enc.probs.numpy().astype(np.float64),
-        empty.numpy().astype(np.float64),
+        values, np.concatenate(full).astype(np.float64), empty.numpy().astype(np.float64)
     )
 
 

@@ -115,3 +115,19 @@ def test_bad_inputs_are_option_errors(
     wrapped = dataclasses.replace(text_model, predict_texts=lambda t: text_model.predict_texts(t))
     with pytest.raises(OptionError, match="BERT-encoder"):
         autognothi.explain(wrapped, np.array(TEXTS), options=options, context=context)
+
+
+def test_a_batch_equals_one_text_at_a_time(text_model: Any, tiny: autognothi_train.Trained) -> None:
+    """More texts than one encoder pass takes (chunks of CHUNK), of different lengths: padding
+    and chunking change nothing beyond float32 rounding."""
+    words = ["awful", "lovely", "dull", "superb", "rude"]
+    texts = [
+        " ".join(["The", words[i % 5], "meal", *["was", "very", "good"][: i % 4]]) + "."
+        for i in range(autognothi.CHUNK + 4)
+    ]
+    batch = autognothi.amortized(text_model, tiny, texts)
+    assert len(batch.values) == len(texts) and batch.full.shape == (len(texts), 2)
+    for i, text in enumerate(texts):
+        one = autognothi.amortized(text_model, tiny, [text])
+        np.testing.assert_allclose(one.values[0], batch.values[i], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(one.full[0], batch.full[i], rtol=1e-5, atol=1e-6)
