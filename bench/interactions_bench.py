@@ -165,8 +165,8 @@ def digits_reference(setup: Setup) -> dict[str, Any]:
             lookup, n, index="k-SII", max_order=2, estimator="exact", budget=budget
         )
         lookups.append(lookup)
-        sv.append(r_sv.first_order(n))
-        ksii.append(dense(r_k.values, keys))
+        sv.append(np.asarray(r_sv.values, dtype=float).reshape(-1))
+        ksii.append(dense(r_k.interactions, keys))
         seconds.append(time.perf_counter() - start)
         if i == 0:
             exact = shapiq.ExactComputer(lookup, n_players=n)
@@ -326,7 +326,7 @@ def ksii_contenders(setup: Setup) -> list[Contender]:
                 seed=seed,
                 output=setup.outputs[i],
             )
-            return dense(res.values, keys), res.baseline_value
+            return dense(res.interactions, keys), float(res.base_value)
 
         return Contender(f"ours {estimator}", "ours", call, counter)
 
