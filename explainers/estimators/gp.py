@@ -75,10 +75,13 @@ class Prior:
         self.u = theta * q
 
     def cov(self, z: np.ndarray) -> np.ndarray:
-        """cov(v(S), v(U)) for the rows of z. [m, m]"""
-        linear = (z * self.q) @ z.T
-        product = np.expm1((z * np.log1p(self.u)) @ z.T)
-        return np.asarray((1 - self.gamma) * linear + (self.gamma / self.theta) * product)
+        """cov(v(S), v(U)) for the rows of z (in place: m^2 temporaries are the cost). [m, m]"""
+        k = (z * np.log1p(self.u)) @ z.T
+        np.expm1(k, out=k)
+        k *= self.gamma / self.theta
+        if self.gamma != 1.0:
+            k += (1 - self.gamma) * ((z * self.q) @ z.T)
+        return np.asarray(k)
 
     def _nodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Gauss-Legendre nodes and weights on [0, 1], exact for degree n - 1 and 2n - 2."""
@@ -184,23 +187,22 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
 
 
 def _mean(
-    z: np.ndarray, y: np.ndarray, total: np.ndarray, prior: Prior, nugget: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    k: np.ndarray, cross: np.ndarray, y: np.ndarray, total: np.ndarray, nugget: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Posterior mean of the Shapley values, with what the variance needs: the whitened
-    values and cross-covariances, and the kernel's scale. [n, k], [m, k], [m, n]"""
-    k = prior.cov(z)
-    norm = max(float(k.diagonal().mean()), 1e-300)
-    k /= norm
+    values and cross-covariances. [n, k], [m, k], [m, n]
+
+    `k` [m, m] and `cross` [m, n]: the prior's covariances, on one common scale.
+    """
     low = None
     while low is None:
         low = _factor(k, _noise(len(y), nugget))
         nugget *= 10
     a0 = solve_triangular(low, y, lower=True, check_finite=False)  # [m, k]
     alpha = solve_triangular(low.T, a0, lower=False, check_finite=False)
-    cross = prior.cross(z) / norm  # cov(v(S), phi) [m, n]
     phi = cross.T @ alpha
-    phi += (total - phi.sum(axis=0)) / z.shape[1]  # rounding only: v(full) is fitted exactly
-    return phi, a0, solve_triangular(low, cross, lower=True, check_finite=False), norm
+    phi += (total - phi.sum(axis=0)) / cross.shape[1]  # rounding only: v(full) is exact
+    return phi, a0, solve_triangular(low, cross, lower=True, check_finite=False)
 
 
 def posterior(
@@ -214,7 +216,11 @@ def posterior(
     n = masks.shape[1]
     z = masks.astype(np.float64)
     prior, nugget, inflate = _choose(z, y)
-    phi, a0, v, norm = _mean(z, y, total, prior, nugget)
+    k = prior.cov(z)
+    norm = max(float(k.diagonal().mean()), 1e-300)
+    k /= norm
+    cross = prior.cross(z) / norm  # cov(v(S), phi_i) [m, n]
+    phi, a0, v = _mean(k, cross, y, total, nugget)
     var = np.maximum(prior.variance() / norm - (v**2).sum(axis=0), 1e-300)  # [n]
     # [k] the likelihood's scale, held-out calibrated, over m - n degrees of freedom (as a
     # residual variance over m - p: at 2n coalitions the n main effects take half of them),
@@ -227,7 +233,7 @@ def posterior(
         # each, that is, four times the full fit's (variance ~ 1 / pairs): where they differ
         # more, the prior's own variance is too small.
         phis = [
-            _mean(z[rows], y[rows], total, prior, nugget)[0]
+            _mean(k[np.ix_(rows, rows)], cross[rows], y[rows], total, nugget)[0]
             for rows in (np.flatnonzero(half != 1), np.flatnonzero(half != 0))
         ]
         spread = ((phis[0] - phis[1]) ** 2).mean(axis=0) / 4  # [k]
