@@ -115,11 +115,16 @@ def subset_input(x: np.ndarray, subset: np.ndarray) -> np.ndarray:
     return (np.asarray(x, dtype=np.float32).reshape(-1, 1, 8, 8) * mask).astype(np.float32)
 
 
+def has_own_subset(model: Model) -> bool:
+    """Whether the model outputs its own sufficient subset (an SST model: `own_subset`)."""
+    return isinstance(model.module, SSTNet)
+
+
 def own_subset(model: Model, x: np.ndarray) -> np.ndarray:
     """digits-sst's own subset of each image: x [m, 1, 8, 8] -> bool [m, 16], one forward pass
     of the selector; the same players as sufficient-subset with patch_size 2."""
     net = model.module
-    if not isinstance(net, SSTNet):
+    if not isinstance(net, SSTNet):  # has_own_subset, spelled out for the type checker
         raise ModelError(f"model {model.name!r} does not output its own sufficient subset")
     rows = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 1, 8, 8))
     device = next(net.parameters()).device
@@ -286,6 +291,7 @@ __all__ = [
     "N_PLAYERS",
     "SSTConfig",
     "SSTNet",
+    "has_own_subset",
     "load_digits_sst",
     "own_subset",
     "pixel_mask",

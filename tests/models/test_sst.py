@@ -105,9 +105,11 @@ def test_players_are_sufficient_subsets_patches() -> None:
     np.testing.assert_array_equal(kept > 0, groups[None, :] == np.arange(16)[:, None])
 
 
-def test_own_subset_needs_an_sst_model(model_dir: Path) -> None:
+def test_own_subset_needs_an_sst_model(model: Model, model_dir: Path) -> None:
+    cnn = load_digits_cnn(model_dir)
+    assert sst.has_own_subset(model) and not sst.has_own_subset(cnn)
     with pytest.raises(ModelError, match="own sufficient subset"):
-        own_subset(load_digits_cnn(model_dir), np.zeros((1, 1, 8, 8), np.float32))
+        own_subset(cnn, np.zeros((1, 1, 8, 8), np.float32))
 
 
 @pytest.fixture(scope="module")
