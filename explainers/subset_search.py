@@ -4,10 +4,14 @@ coalition's values must meet to keep the class."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from explainers.estimators.registry import shapley_values
-from explainers.games import GameRecorder
+from explainers.explanation import OptionError
+from explainers.games import BudgetError, GameRecorder
+from models.base import Model
 
 
 class Criterion:
@@ -96,3 +100,36 @@ def greedy_search(
         best = np.flatnonzero(keeps)[np.argmax(values[keeps, ok.c])]
         subset = trials[best]
     return subset, "1-minimal"
+
+
+class OwnOptions(Protocol):
+    """The options search "own" reads (SufficientOptions)."""
+
+    @property
+    def search(self) -> str: ...
+    @property
+    def masker(self) -> object: ...
+    @property
+    def patch_size(self) -> int: ...
+
+
+def own_subsets(model: Model, inputs: np.ndarray, options: OwnOptions) -> list[np.ndarray | None]:
+    """Per input: the model's own subset, bool [n] (search "own": SST models, Bassan et al.,
+    ICLR 2025, on their own players and absence), else None."""
+    if options.search != "own":
+        return [None] * len(inputs)
+    from models.sst import has_own_subset, own_subset
+
+    if not has_own_subset(model):
+        raise OptionError(f"model {model.name!r} does not output its own sufficient subset")
+    if options.masker is not None or options.patch_size != 2:
+        raise OptionError("search 'own': the model's subsets are 2x2 patches with a zero baseline")
+    return list(own_subset(model, inputs))
+
+
+def own_budget(cost: int, budget: int | None) -> int:
+    """Model evaluations of search "own": both ends, the complement and the verification."""
+    need = 4 * cost
+    if budget is not None and budget < need:
+        raise BudgetError(f"search 'own' needs a budget of {need} model evaluations, got {budget}")
+    return need if budget is None else budget

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from explainers import subset_search
 from explainers import text as text_game
 from explainers.budget import default_budget
 from explainers.estimators import exact
@@ -45,11 +46,12 @@ MAX_EXACT = exact.MAX_PLAYERS
 
 class SufficientOptions(ExplainerOptions):
     """Options of the `sufficient-subset` explainer."""
-    search: Literal["auto", "exact", "greedy"] = Field(
+    search: Literal["auto", "exact", "greedy", "own"] = Field(
         "auto",
         description="exact: all 2^n coalitions, a subset of minimum size; greedy: the shortest "
         "sufficient prefix of an attribution order, pruned to a 1-minimal subset; auto: exact "
-        "when 2^n coalitions fit the budget (at most 20 players), else greedy",
+        "when 2^n coalitions fit the budget (at most 20 players), else greedy; own: the subset "
+        "a model trained to output one gives (SST, digits-sst), verified, no minimality claimed",
     )
     order: Literal["shapley", "leave-one-out"] = Field(
         "shapley",
@@ -202,6 +204,8 @@ def _plan_budget(
 ) -> tuple[int, int]:
     """(total model evaluations per instance, coalitions for the greedy order)."""
     verify = cost  # the final direct model call
+    if kind == "own":  # both ends, the complement, the verification
+        return subset_search.own_budget(cost, budget), 0
     if kind == "exact":
         need = ((1 << n) + 1) * cost
         if budget is None:
@@ -235,6 +239,7 @@ def _explain_one(
     budget: int | None,
     seed: int,
     names: list[str],
+    own: np.ndarray | None = None,  # bool [n]: the model's own subset (search "own")
 ) -> tuple[Explanation, int]:
     n, k = inst.n_players, model.n_outputs
     cost = int(getattr(inst.game, "rows_per_coalition", 1))
@@ -253,6 +258,8 @@ def _explain_one(
     order_name = None
     if table is not None:
         subset, minimality = exact_search(table, ok, n)
+    elif own is not None:
+        subset, minimality = own, "own"
     else:
         order_values, order_name = player_order(rec, options.order, c, n, order_coalitions, seed)
         subset, minimality = greedy_search(rec, ok, order_values)
@@ -316,7 +323,7 @@ def _explain_one(
                 Caveat(
                     "not_verified",
                     "the model's own answer on the subset-only input does not keep the class "
-                    "the search found (a non-deterministic model?)",
+                    "the search found (a non-deterministic model, or its own subset fails)",
                 )
             )
         if minimality == "none":
@@ -380,7 +387,11 @@ def explain(
         cost = int(getattr(inst.game, "rows_per_coalition", 1))
         kind = _search_kind(options, inst.n_players, None if budget is None else budget // cost)
         _plan_budget(options, kind, inst.n_players, cost, budget)
-    results = [_explain_one(i, model, options, target, budget, seed, names) for i in instances]
+    owns = subset_search.own_subsets(model, inputs, options)
+    results = [
+        _explain_one(inst, model, options, target, budget, seed, names, own)
+        for inst, own in zip(instances, owns, strict=True)
+    ]
     spent = max(total for _, total in results)
     return ExplainResult(tuple(e for e, _ in results), tuple(names), echo, spent, additive=False)
 
