@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from fastapi import APIRouter, File, Form, Header, Query, Request, Response, UploadFile
@@ -19,37 +19,20 @@ from app.errors import (
     ApiError,
     InvalidInput,
     NotFound,
-    PayloadTooLarge,
     Unprocessable,
 )
-from app.inputs import to_array
+from app.jobs.kinds import NAMES, kind
 from app.jobs.queue import Queue
 from app.jobs.store import FINISHED, Job, JobStore
-from app.schemas import request_model, spec_fields
 from app.service import ExplainService
-from explainers.salvage import SalvageTrainOptions
 
 router = APIRouter(tags=["jobs"])
 
 
-class LearnBaselineOptions(BaseModel):
-    """Learned baseline values (Ren et al., ICLR 2023); defaults: the paper's, except rows,
-    iterations and sample_num, which are smaller so a job takes seconds [ours]."""
-
-    model_config = ConfigDict(extra="forbid")
-    rows: int = Field(8, ge=1, le=1000, description="explicands from the reference data")
-    iterations: int = Field(50, ge=1, le=5000)
-    lr: float = Field(0.05, gt=0, le=10, description="step in standardised feature units")
-    sample_num: int = Field(20, ge=1, le=1000, description="contexts per feature and order")
-    low_order: float = Field(0.5, gt=0, le=1)
-    deviation: float = Field(0.3, gt=0, le=5, description="clamp box: mean +- deviation*std")
-    init: Literal["mean", "zero"] = "mean"
-    seed: int = Field(0, ge=0)
-    labels: list[int] | None = Field(
-        None,
-        description="true class of each explicand (the paper's target: log-odds of the label); "
-        "default: the class the model predicts",
-    )
+if TYPE_CHECKING:
+    KindName = str
+else:
+    KindName = Literal[NAMES]  # the JSON schema's enum: app/jobs/kinds.py's table
 
 
 class JobRequest(BaseModel):
@@ -61,7 +44,7 @@ class JobRequest(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow")
-    kind: Literal["audit", "learn-baseline", "train-salvage"] = "audit"
+    kind: KindName = "audit"
     model: str
     explainer: str = "shapley"
     inputs: list[Any] | None = Field(
@@ -123,98 +106,6 @@ def _parts(request: Request) -> tuple[ExplainService, JobStore, Queue]:
     return state.service, state.jobs, state.queue
 
 
-def _validate(svc: ExplainService, body: JobRequest, max_instances: int) -> dict[str, Any]:
-    """Fail at submission, not in a worker: model, explainer, options and every instance."""
-    if body.kind == "learn-baseline":
-        return _validate_learning(svc, body)
-    if body.kind == "train-salvage":
-        return _validate_salvage(svc, body)
-    if body.inputs is None:
-        raise Unprocessable("an audit needs inputs")
-    if len(body.inputs) > max_instances:
-        raise PayloadTooLarge(f"at most {max_instances} instances per job")
-    model = svc.model(body.model)
-    spec = svc.explainer(model, body.explainer)
-    fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
-    fields.update(body.model_extra or {})
-    body_model = request_model(spec)
-    try:
-        if spec.uses_inputs:
-            body_model(inputs=body.inputs[:1], **fields)
-        else:
-            for i, instance in enumerate(body.inputs):
-                if not isinstance(instance, dict):
-                    raise InvalidInput(
-                        f"inputs[{i}]: a {spec.name} instance is an object of "
-                        f"{', '.join(spec_fields(spec))}"
-                    )
-                body_model(**{**fields, **instance})
-    except ValidationError as exc:
-        raise Unprocessable(
-            f"invalid request for {spec.name}: {exc.errors()[0]['msg']}",
-            detail=[{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()],
-        ) from None
-    if spec.uses_inputs:
-        to_array(model, body.inputs, "inputs")
-    return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
-
-
-def _validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
-    if body.model_extra:
-        raise Unprocessable(f"unknown fields for learn-baseline: {sorted(body.model_extra)}")
-    model = svc.model(body.model)
-    if model.modality != "tabular":
-        raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
-    try:
-        options = LearnBaselineOptions(**body.parameters)
-    except ValidationError as exc:
-        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
-    if body.inputs is not None:
-        to_array(model, body.inputs, "inputs")
-    if options.labels is not None:
-        data = model.reference if model.reference is not None else model.background
-        available = len(data) if data is not None else 0
-        rows = len(body.inputs) if body.inputs is not None else min(options.rows, available)
-        if model.task != "classification":
-            raise Unprocessable("labels apply to classifiers")
-        if len(options.labels) != rows or not all(
-            0 <= c < model.n_outputs for c in options.labels
-        ):
-            raise Unprocessable(
-                f"labels: one class in [0, {model.n_outputs}) per explicand ({rows})"
-            )
-    return {"parameters": options.model_dump(), "inputs": body.inputs}
-
-
-def _validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
-    if body.model_extra:
-        raise Unprocessable(f"unknown fields for train-salvage: {sorted(body.model_extra)}")
-    model = svc.model(body.model)
-    if model.modality != "image" or model.task != "classification":
-        raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
-    if next(model.module.parameters(), None) is None:
-        raise ApiError(
-            f"model {model.name!r} has no trainable torch weights to fine-tune (remote model?)",
-            code="not_differentiable",
-        )
-    try:
-        options = SalvageTrainOptions(**body.parameters)
-    except ValidationError as exc:
-        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
-    if body.inputs is not None:
-        to_array(model, body.inputs, "inputs")
-    elif model.reference is None and model.background is None:
-        raise InvalidInput(f"model {model.name!r} has no reference images; send inputs")
-    return {"parameters": options.model_dump(mode="json"), "inputs": body.inputs}
-
-
-def _total(body: JobRequest) -> int:
-    if body.kind == "train-salvage":  # one result per epoch, then the artifact
-        opts = SalvageTrainOptions(**body.parameters)
-        return opts.surrogate_epochs + opts.explainer_epochs + 1
-    return 1 if body.kind == "learn-baseline" else len(body.inputs or [])
-
-
 @router.post("/v2/jobs", status_code=202, responses=ERROR_RESPONSES)
 async def submit(
     request: Request,
@@ -270,17 +161,21 @@ async def submit_upload(
 
 async def _submit(request: Request, body: JobRequest, idempotency_key: str | None) -> JSONResponse:
     key = getattr(request.state, "api_key", None)
-    training = body.kind in ("learn-baseline", "train-salvage")
+    job_kind = kind(body.kind)
+    training = job_kind.training
     if training and key is not None and not key.allows("admin"):
         raise ApiError("training jobs need the 'admin' scope", code="forbidden").with_status(403)
     svc, store, queue = _parts(request)
     settings = request.app.state.settings
-    stored = await anyio.to_thread.run_sync(_validate, svc, body, settings.max_job_instances)
+    stored = await anyio.to_thread.run_sync(
+        job_kind.validate, svc, body, settings.max_job_instances
+    )
+    total = job_kind.total(body)
     chunk = body.chunk_size or settings.job_chunk_size
     if training:  # one task trains; its results are progress records
-        chunk = _total(body)
+        chunk = total
     job, created = await anyio.to_thread.run_sync(
-        lambda: store.create(body.kind, body.model, stored, _total(body), chunk, idempotency_key)
+        lambda: store.create(body.kind, body.model, stored, total, chunk, idempotency_key)
     )
     if created:
         for index in range(job.n_chunks):

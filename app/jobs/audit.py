@@ -1,0 +1,234 @@
+"""The `audit` job kind: one explain request's fields over many instances, chunked, through
+the shared cache; its summary (mean |value| per feature and class, top-k stability)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from app.cache import CacheUnavailable
+from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
+from app.inputs import to_array
+from app.jobs.context import CancelWatch, JobContext
+from app.jobs.store import Job, JobStore
+from app.schemas import ExplainResponse, request_model, spec_fields
+from app.service import ExplainService, Prepared
+from explainers.games import Cancelled
+from explainers.registry import get_explainer
+
+if TYPE_CHECKING:
+    from app.jobs.routes import JobRequest
+
+log = logging.getLogger(__name__)
+WRITE_EVERY = 10  # instances between result writes: bounds rework after a crash
+
+
+def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) -> dict[str, Any]:
+    """Fail at submission, not in a worker: model, explainer, options and every instance."""
+    if body.inputs is None:
+        raise Unprocessable("an audit needs inputs")
+    if len(body.inputs) > max_instances:
+        raise PayloadTooLarge(f"at most {max_instances} instances per job")
+    model = svc.model(body.model)
+    spec = svc.explainer(model, body.explainer)
+    fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
+    fields.update(body.model_extra or {})
+    body_model = request_model(spec)
+    try:
+        if spec.uses_inputs:
+            body_model(inputs=body.inputs[:1], **fields)
+        else:
+            for i, instance in enumerate(body.inputs):
+                if not isinstance(instance, dict):
+                    raise InvalidInput(
+                        f"inputs[{i}]: a {spec.name} instance is an object of "
+                        f"{', '.join(spec_fields(spec))}"
+                    )
+                body_model(**{**fields, **instance})
+    except ValidationError as exc:
+        raise Unprocessable(
+            f"invalid request for {spec.name}: {exc.errors()[0]['msg']}",
+            detail=[{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()],
+        ) from None
+    if spec.uses_inputs:
+        to_array(model, body.inputs, "inputs")
+    return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
+
+
+def audit_total(body: JobRequest) -> int:
+    """One result per instance."""
+    return len(body.inputs or [])
+
+
+def _audit_result(answer: ExplainResponse, cache: str | None = None) -> dict[str, Any]:
+    """What a job stores of a one-instance answer (`cache`: how it was found, default as it
+    says)."""
+    result: dict[str, Any] = {
+        "explanation": answer.data.explanations[0].model_dump(exclude_unset=True),
+        "feature_names": answer.data.feature_names,
+        "cache": answer.meta.cache if cache is None else cache,
+    }
+    if answer.meta.background_audit is not None:
+        result["background_audit"] = answer.meta.background_audit
+    return result
+
+
+def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Explain each instance as a one-instance request, through the shared cache.
+
+    The chunk's instances are looked up in one round trip (MGET); results are written every
+    WRITE_EVERY computed instances and at the end, hits and errors with them: a cached re-run
+    costs one look-up and one write per chunk. Computed answers enter the cache together, in
+    one round trip at the chunk's end (Cache.set_many), not one SET each.
+    """
+    req = job.request
+    spec = get_explainer(req["explainer"])
+    body_model = request_model(spec)
+    svc = ctx.service
+    pending: dict[int, dict[str, Any]] = {}
+    prepared: dict[int, Prepared] = {}
+    for i in todo:
+        try:
+            instance = req["inputs"][i]
+            body = (
+                body_model(inputs=[instance], **req["fields"])
+                if spec.uses_inputs
+                else body_model(**{**req["fields"], **instance})
+            )
+            p = svc.prepare(job.model, req["explainer"], body, use_cache=True, lookup=False)
+            if isinstance(p, Prepared):
+                prepared[i] = p
+            else:  # lookup=False never answers; kept for the type
+                pending[i] = _audit_result(p.response)
+        except ApiError as exc:
+            pending[i] = {"error": exc.message, "code": exc.code}
+        except ValidationError as exc:
+            pending[i] = {"error": f"invalid instance: {exc.errors()[0]['msg']}", "code": "invalid"}
+    try:
+        blobs = svc.cache.get_many([p.key for p in prepared.values()])
+    except CacheUnavailable:
+        blobs = [None] * len(prepared)
+        for p in prepared.values():
+            p.status = "bypass"
+    for i, blob in zip(list(prepared), blobs, strict=True):
+        if blob is not None:
+            pending[i] = _audit_result(ExplainResponse.model_validate_json(blob), "hit")
+            del prepared[i]
+    hits = sum(b is not None for b in blobs)
+    if hits:
+        svc.metrics.cache.labels("hit").inc(hits)
+    if prepared:
+        svc.metrics.cache.labels(next(iter(prepared.values())).status).inc(len(prepared))
+    answers: dict[str, str] = {}  # cache key -> JSON of the answers computed here
+    try:
+        _compute(ctx, job, prepared, pending, answers)
+    finally:  # cancelled or failed part-way: what was computed is still a valid answer
+        try:
+            svc.cache.set_many(answers)
+        except CacheUnavailable as exc:
+            log.warning("job %s: %d answers not cached: %s", job.id, len(answers), exc)
+
+
+def _compute(
+    ctx: JobContext,
+    job: Job,
+    prepared: dict[int, Prepared],
+    pending: dict[int, dict[str, Any]],
+    answers: dict[str, str],
+) -> None:
+    """Compute the instances that missed; store results every WRITE_EVERY and at the end."""
+    watch = CancelWatch(ctx, job.id)
+    for count, (i, p) in enumerate(prepared.items(), start=1):
+        if watch():  # the remaining instances don't run
+            return
+        if p.req.timeout_ms is not None:  # each instance's time limit starts when it runs
+            p.deadline = time.monotonic() + p.req.timeout_ms / 1000
+        try:
+            pending[i] = _audit_result(ctx.service.compute(p, defer=answers).response)
+        except ApiError as exc:
+            if isinstance(exc.__cause__, Cancelled):
+                raise exc.__cause__ from None
+            pending[i] = {"error": exc.message, "code": exc.code}
+        if count % WRITE_EVERY == 0:
+            if watch(fresh=True):  # nothing is stored after a cancel
+                return
+            ctx.store.add_results(job.id, pending)
+            pending = {}
+    if not watch(fresh=True):
+        ctx.store.add_results(job.id, pending)
+
+
+def top_k_bootstrap(
+    values: np.ndarray, names: list[str], k: int, resamples: int = 200, seed: int = 0
+) -> dict[str, Any]:
+    """How stable the summary's top features are: resample the instances with replacement and
+    recompute the top k by mean |value|. `same_top_k`: share of resamples with the same set;
+    `in_top_k`: per feature, share of resamples that rank it in the top k (Efron 1979)."""
+    rng = np.random.default_rng(seed)
+    full = set(np.argsort(-values.mean(axis=0))[:k].tolist())
+    counts = np.zeros(values.shape[1])
+    same = 0
+    for _ in range(resamples):
+        pick = rng.integers(0, len(values), len(values))
+        top = np.argsort(-values[pick].mean(axis=0))[:k]
+        counts[top] += 1
+        same += set(top.tolist()) == full
+    order = np.argsort(-counts)
+    return {
+        "resamples": resamples,
+        "same_top_k": same / resamples,
+        "in_top_k": {names[j]: counts[j] / resamples for j in order if counts[j] > 0},
+    }
+
+
+def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
+    """Mean |value| per feature, per predicted class, how stable the top features are, and how
+    many instances carry each warning code."""
+    results = store.all_results(job.id)
+    ok = [r for r in results if "error" not in r]
+    summary: dict[str, Any] = {"instances": len(results), "errors": len(results) - len(ok)}
+    if not ok:
+        return summary
+    codes = [w["code"] for r in ok for w in r["explanation"].get("warnings") or []]
+    summary["warnings"] = {c: codes.count(c) for c in sorted(set(codes))}  # instances per code
+    names = ok[0]["feature_names"]
+    if not names:  # text: every instance has its own players; count classes only
+        classes = [r["explanation"]["output_name"] for r in ok]
+        summary["per_class"] = {c: {"instances": classes.count(c)} for c in sorted(set(classes))}
+        summary["cache_hits"] = sum(r["cache"] == "hit" for r in ok)
+        return summary
+    same = [r for r in ok if r["feature_names"] == names]
+    values = np.abs(np.array([r["explanation"]["values"] for r in same]))  # [m, n]
+    mean_abs = values.mean(axis=0)
+    order = np.argsort(-mean_abs)
+    k = min(top_k, len(names))
+    top = set(order[:k].tolist())
+    per_row_top = np.argsort(-values, axis=1)[:, :k]
+    summary.update(
+        feature_names=names,
+        mean_abs_value=mean_abs.tolist(),
+        top_features=[names[j] for j in order[:k]],
+        top1_agreement=float(np.mean(per_row_top[:, 0] == order[0])),
+        topk_jaccard=float(
+            np.mean([len(top & set(r)) / len(top | set(r)) for r in per_row_top.tolist()])
+        ),
+        top_features_bootstrap=top_k_bootstrap(values, names, k),
+        per_class={},
+        cache_hits=sum(r["cache"] == "hit" for r in ok),
+    )
+    outputs = np.array([r["explanation"]["output_index"] for r in same])
+    for o in np.unique(outputs):
+        name = same[int(np.flatnonzero(outputs == o)[0])]["explanation"]["output_name"]
+        rows = values[outputs == o]
+        summary["per_class"][name] = {
+            "instances": len(rows),
+            "mean_abs_value": rows.mean(axis=0).tolist(),
+        }
+    audits = [r["background_audit"] for r in ok if r.get("background_audit")]
+    if audits:
+        summary["background_audit"] = audits[0]
+    return summary

@@ -1,0 +1,232 @@
+"""The training job kinds: learned baselines (Ren et al. 2023) and Salvage (Naouar et al.
+2025): validation at submission, the run (one task; its results are progress records), the
+summary."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.errors import ApiError, InvalidInput, Unprocessable
+from app.inputs import to_array
+from app.jobs.context import JobContext, cancelled
+from app.jobs.store import Job, JobStore
+from app.service import ExplainService
+from explainers.salvage import SalvageTrainOptions
+
+if TYPE_CHECKING:
+    from app.jobs.routes import JobRequest
+
+
+class LearnBaselineOptions(BaseModel):
+    """Learned baseline values (Ren et al., ICLR 2023); defaults: the paper's, except rows,
+    iterations and sample_num, which are smaller so a job takes seconds [ours]."""
+
+    model_config = ConfigDict(extra="forbid")
+    rows: int = Field(8, ge=1, le=1000, description="explicands from the reference data")
+    iterations: int = Field(50, ge=1, le=5000)
+    lr: float = Field(0.05, gt=0, le=10, description="step in standardised feature units")
+    sample_num: int = Field(20, ge=1, le=1000, description="contexts per feature and order")
+    low_order: float = Field(0.5, gt=0, le=1)
+    deviation: float = Field(0.3, gt=0, le=5, description="clamp box: mean +- deviation*std")
+    init: Literal["mean", "zero"] = "mean"
+    seed: int = Field(0, ge=0)
+    labels: list[int] | None = Field(
+        None,
+        description="true class of each explicand (the paper's target: log-odds of the label); "
+        "default: the class the model predicts",
+    )
+
+
+def validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    if body.model_extra:
+        raise Unprocessable(f"unknown fields for learn-baseline: {sorted(body.model_extra)}")
+    model = svc.model(body.model)
+    if model.modality != "tabular":
+        raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
+    try:
+        options = LearnBaselineOptions(**body.parameters)
+    except ValidationError as exc:
+        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+    if body.inputs is not None:
+        to_array(model, body.inputs, "inputs")
+    if options.labels is not None:
+        data = model.reference if model.reference is not None else model.background
+        available = len(data) if data is not None else 0
+        rows = len(body.inputs) if body.inputs is not None else min(options.rows, available)
+        if model.task != "classification":
+            raise Unprocessable("labels apply to classifiers")
+        if len(options.labels) != rows or not all(0 <= c < model.n_outputs for c in options.labels):
+            raise Unprocessable(
+                f"labels: one class in [0, {model.n_outputs}) per explicand ({rows})"
+            )
+    return {"parameters": options.model_dump(), "inputs": body.inputs}
+
+
+def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Learn baseline values (Ren et al. 2023) for a model; one result, the baseline."""
+    if not todo:
+        return
+    import torch
+
+    from explainers.learned_baseline import learn_baseline, low_order_objective
+
+    model = ctx.service.model(job.model)
+    opts = job.request["parameters"]
+    data = model.reference if model.reference is not None else model.background
+    if data is None:
+        raise ValueError(f"model {model.name!r} has no reference data to learn from")
+    x = np.asarray(job.request.get("inputs") or data[: opts["rows"]], dtype=np.float32)
+    logodds = model.task == "classification"
+    if opts.get("labels") is not None:  # the paper's target: log-odds of the true label
+        target = np.asarray(opts["labels"], dtype=np.int64)
+    elif logodds:
+        target = model.predict(x).argmax(axis=1)
+    else:
+        target = np.zeros(len(x), dtype=np.int64)
+    learned = learn_baseline(
+        model.module,
+        x.reshape(len(x), -1),
+        target,
+        data.reshape(len(data), -1),
+        logodds=logodds,
+        init=opts["init"],
+        lr=opts["lr"],
+        iterations=opts["iterations"],
+        sample_num=opts["sample_num"],
+        low_order=opts["low_order"],
+        deviation=opts["deviation"],
+        seed=opts["seed"],
+    )
+
+    def objective(b: np.ndarray) -> float:  # fixed contexts, comparable across baselines
+        with torch.no_grad():
+            return float(
+                low_order_objective(
+                    model.module,
+                    torch.as_tensor(x.reshape(len(x), -1)),
+                    torch.as_tensor(target),
+                    torch.as_tensor(b, dtype=torch.float32),
+                    logodds=logodds,
+                    sample_num=opts["sample_num"],
+                    low_order=opts["low_order"],
+                    generator=torch.Generator().manual_seed(opts["seed"] + 7),
+                )
+            )
+
+    ctx.store.add_results(
+        job.id,
+        {
+            0: {
+                "model_version": model.version,
+                "target": "labels" if opts.get("labels") is not None else "predicted",
+                "baseline": learned.baseline.tolist(),
+                "lower": learned.lower.tolist(),
+                "upper": learned.upper.tolist(),
+                "objective": {
+                    "zero": objective(np.zeros(model.n_features)),
+                    "mean": objective(data.reshape(len(data), -1).mean(axis=0)),
+                    "learned": objective(learned.baseline),
+                    "training": list(learned.objective),
+                },
+            }
+        },
+    )
+
+
+def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
+    result = store.all_results(job.id)[0]
+    return {
+        "baseline_ref": job.id,
+        "model_version": result["model_version"],
+        "target": result.get("target", "predicted"),  # whose log-odds: predicted or labels
+        "objective": result["objective"],
+    }
+
+
+def validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    if body.model_extra:
+        raise Unprocessable(f"unknown fields for train-salvage: {sorted(body.model_extra)}")
+    model = svc.model(body.model)
+    if model.modality != "image" or model.task != "classification":
+        raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
+    if next(model.module.parameters(), None) is None:
+        raise ApiError(
+            f"model {model.name!r} has no trainable torch weights to fine-tune (remote model?)",
+            code="not_differentiable",
+        )
+    try:
+        options = SalvageTrainOptions(**body.parameters)
+    except ValidationError as exc:
+        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+    if body.inputs is not None:
+        to_array(model, body.inputs, "inputs")
+    elif model.reference is None and model.background is None:
+        raise InvalidInput(f"model {model.name!r} has no reference images; send inputs")
+    return {"parameters": options.model_dump(mode="json"), "inputs": body.inputs}
+
+
+def salvage_total(body: JobRequest) -> int:
+    """One result per epoch, then the artifact."""
+    opts = SalvageTrainOptions(**body.parameters)
+    return opts.surrogate_epochs + opts.explainer_epochs + 1
+
+
+def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Train a Salvage surrogate and explainer (Naouar et al. 2025); one result per epoch
+    (the progress), the last one names the stored artifact. A configuration already trained
+    for this model version is reused (training is seeded)."""
+    if not todo:
+        return
+    from explainers import salvage
+    from explainers.salvage_store import SalvageStore
+
+    model = ctx.service.model(job.model)
+    opts = salvage.SalvageTrainOptions(**job.request["parameters"])
+    store = SalvageStore.within(ctx.service.context.need_artifacts("salvage"))
+    inputs = job.request.get("inputs")
+    info = None if inputs else store.info(model.name, model.version, opts.digest())
+    if info is None:
+        count = 0
+
+        def progress(record: dict[str, Any]) -> bool:
+            nonlocal count
+            ctx.store.add_results(job.id, {count: record})
+            count += 1
+            return not cancelled(ctx, job.id)
+
+        data = None if not inputs else np.asarray(inputs, dtype=np.float32)
+        if data is not None:
+            data = data.reshape(len(data), *model.input_shape)
+        trained = salvage.train(model, opts, data, progress)
+        if trained is None:  # cancelled
+            return
+        info = store.save(model, trained)
+    else:
+        ctx.store.add_results(job.id, dict(enumerate(info.history)))
+    ctx.store.add_results(
+        job.id,
+        {
+            job.total - 1: {
+                "artifact": info.id,
+                "model_version": info.model_version,
+                "config": info.config,
+                "metrics": info.metrics,
+            }
+        },
+    )
+
+
+def summarise_salvage(store: JobStore, job: Job) -> dict[str, Any]:
+    result = store.all_results(job.id)[-1]
+    return {
+        "artifact": result["artifact"],
+        "model_version": result["model_version"],
+        "objective": result["config"]["objective"],
+        "sampler": result["config"]["sampler"],
+        "metrics": result["metrics"],
+        "explain": f"POST /v2/models/{job.model}/explain/salvage with "
+        f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
+    }
