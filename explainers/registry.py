@@ -9,7 +9,17 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from explainers import attribot, cocoa, gradients, rankshap, salvage_store, shapley, sufficient, uni
+from explainers import (
+    attribot,
+    autognothi,
+    cocoa,
+    gradients,
+    rankshap,
+    salvage_store,
+    shapley,
+    sufficient,
+    uni,
+)
 from explainers.context import LEARNED_BASELINE, Pin, RunContext
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
@@ -160,6 +170,20 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         uses_context=True,
         pin=salvage_store.PIN,
         train_job="train-salvage",
+    ),
+    ExplainerSpec(
+        "autognothi",
+        autognothi.VERSION,
+        ("text",),
+        autognothi.AutoGnothiOptions,
+        autognothi.explain,
+        "AutoGnothi: a side network beside the frozen text classifier gives word Shapley values "
+        "in one forward pass (train it with a train-autognothi job)",
+        "Wang et al., ICLR 2025; Jethani et al., ICLR 2022 (FastSHAP)",
+        needs=("classifier",),
+        uses_context=True,
+        pin=autognothi.PIN,
+        train_job=autognothi.TRAIN_JOB,
     ),
     ExplainerSpec(
         "attribot",

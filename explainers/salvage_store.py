@@ -72,6 +72,8 @@ class SalvageStore:
     _lock: ClassVar[threading.Lock] = threading.Lock()
     max_loaded = 8
 
+    kind: ClassVar[str] = KIND  # the artifact kind in the model store (a subclass: its own)
+
     def __init__(self, root: Path, db: ModelStore | None = None) -> None:
         self.root = root
         self.db = db
@@ -79,7 +81,7 @@ class SalvageStore:
     @classmethod
     def within(cls, artifacts: Artifacts) -> SalvageStore:
         """The Salvage artifacts of a run context's artifact store (`root/salvage/`)."""
-        return cls(artifacts.folder(KIND), artifacts.db)
+        return cls(artifacts.folder(cls.kind), artifacts.db)
 
     def _dir(self, model: str, version: str, artifact: str = "") -> Path:
         path = self.root / _safe(model) / _safe(version)
@@ -97,16 +99,17 @@ class SalvageStore:
             time.time(),
             trained.data_id,
         )
-        state = {
-            "surrogate": trained.surrogate.state_dict(),
-            "explainer": trained.explainer.state_dict(),
+        state = {  # CPU tensors: an artifact loads on any device
+            "surrogate": {k: v.cpu() for k, v in trained.surrogate.state_dict().items()},
+            "explainer": {k: v.cpu() for k, v in trained.explainer.state_dict().items()},
             "empty_logp": torch.from_numpy(trained.empty_logp),
         }
         buf = io.BytesIO()
         torch.save(state, buf)
         meta = dict(info.__dict__)
         if self.db is not None:
-            self.db.put_artifact(KIND, model.name, model.version, info.id, meta, buf.getvalue())
+            blob = buf.getvalue()
+            self.db.put_artifact(self.kind, model.name, model.version, info.id, meta, blob)
         self._write_local(meta, buf.getvalue())
         return info
 
@@ -148,7 +151,7 @@ class SalvageStore:
     def info(self, model: str, version: str, artifact: str) -> ArtifactInfo | None:
         if self.db is None:
             return self._local_info(model, version, artifact)
-        raw = self.db.artifact_meta(KIND, model, version, artifact)
+        raw = self.db.artifact_meta(self.kind, model, version, artifact)
         return None if raw is None else _info(raw)
 
     def list(self, model: str, version: str) -> list[ArtifactInfo]:
@@ -156,7 +159,7 @@ class SalvageStore:
         if self.db is None:
             found = self._local_list(model, version)
         else:
-            found = [_info(raw) for raw in self.db.artifacts(KIND, model, version).values()]
+            found = [_info(raw) for raw in self.db.artifacts(self.kind, model, version).values()]
             known = {i.id for i in found}
             for local in self._local_list(model, version):
                 if local.id not in known:  # stored by a release that kept them on disk only
@@ -165,7 +168,7 @@ class SalvageStore:
                         data = weights.read_bytes()
                     except OSError:
                         continue
-                    self.db.put_artifact(KIND, model, version, local.id, local.__dict__, data)
+                    self.db.put_artifact(self.kind, model, version, local.id, local.__dict__, data)
                     found.append(local)
         return sorted(found, key=lambda i: -i.created_at)
 
@@ -181,7 +184,7 @@ class SalvageStore:
                 if self.db is None:
                     raise
                 # A missing or damaged cache file: read the database again.
-        found = self.db.get_artifact(KIND, info.model_name, info.model_version, info.id)
+        found = self.db.get_artifact(self.kind, info.model_name, info.model_version, info.id)
         if found is None:
             raise NotTrainedError(f"no Salvage artifact {info.id!r} for {info.model_name}")
         meta, data = found
@@ -207,7 +210,7 @@ class SalvageStore:
             model.input_shape, opts.patch_size, model.n_outputs, opts.hidden
         )
         explainer.load_state_dict(state["explainer"])
-        explainer.eval()
+        explainer.to(model.device).eval()  # beside the surrogate (a copy of the model's module)
         groups, _ = patch_groups(model.input_shape, opts.patch_size)
         trained = salvage.Trained(
             surrogate,

@@ -48,6 +48,14 @@ KINDS: tuple[JobKind, ...] = (
         training.summarise_salvage,
         training=True,
     ),
+    JobKind(
+        "train-autognothi",
+        lambda svc, body, _: training.validate_autognothi(svc, body),
+        training.autognothi_total,
+        training.run_train_autognothi,
+        training.summarise_autognothi,
+        training=True,
+    ),
 )
 NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 _BY_NAME = {k.name: k for k in KINDS}

@@ -51,7 +51,8 @@ class JobRequest(BaseModel):
         None,
         min_length=1,
         description="audit: the instances; learn-baseline: explicands; train-salvage: training "
-        "images (default: the model's reference data)",
+        "images (default: the model's reference data); train-autognothi: training sentences "
+        "(default: generated from the VADER lexicon)",
     )
     target: int | str | None = None
     seed: int = Field(0, ge=0, le=2**32 - 1)

@@ -1,6 +1,6 @@
-"""The training job kinds: learned baselines (Ren et al. 2023) and Salvage (Naouar et al.
-2025): validation at submission, the run (one task; its results are progress records), the
-summary."""
+"""The training job kinds: learned baselines (Ren et al. 2023), Salvage (Naouar et al. 2025)
+and AutoGnothi (Wang et al. 2025): validation at submission, the run (one task; its results
+are progress records), the summary."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from app.inputs import to_array
 from app.jobs.context import JobContext, cancelled
 from app.jobs.store import Job, JobStore
 from app.service import ExplainService
+from explainers.explanation import OptionError
 from explainers.salvage import SalvageTrainOptions
 
 if TYPE_CHECKING:
@@ -228,5 +229,73 @@ def summarise_salvage(store: JobStore, job: Job) -> dict[str, Any]:
         "sampler": result["config"]["sampler"],
         "metrics": result["metrics"],
         "explain": f"POST /v2/models/{job.model}/explain/salvage with "
+        f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
+    }
+
+
+def validate_autognothi(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    """A BERT-encoder text classifier (else 400 unsupported_model), AutoGnothi's training
+    options (422) and, if sent, at least 2 training sentences (400 invalid_input)."""
+    from explainers import autognothi
+
+    if body.model_extra:
+        raise Unprocessable(f"unknown fields for train-autognothi: {sorted(body.model_extra)}")
+    model = svc.model(body.model)
+    try:
+        autognothi.check_model(model)
+    except OptionError as exc:
+        raise ApiError(str(exc), code="unsupported_model") from None
+    try:
+        options = autognothi.AutoGnothiTrainOptions(**body.parameters)
+    except ValidationError as exc:
+        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+    if body.inputs is not None:
+        try:
+            autognothi.check_texts(body.inputs)
+        except OptionError as exc:
+            raise InvalidInput(str(exc)) from None
+    return {"parameters": options.model_dump(mode="json"), "inputs": body.inputs}
+
+
+def autognothi_total(body: JobRequest) -> int:
+    """The targets' record, one per epoch, then the artifact."""
+    from explainers import autognothi
+
+    return autognothi.AutoGnothiTrainOptions(**body.parameters).epochs + 2
+
+
+def run_train_autognothi(ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Train an AutoGnothi side network beside a frozen text classifier (Wang et al. 2025):
+    the targets' record, one per epoch, then the stored artifact (reused when this
+    configuration was trained for this model version: training is seeded)."""
+    if not todo:
+        return
+    from explainers import autognothi
+
+    model = autognothi.check_model(ctx.service.model(job.model))
+    opts = autognothi.AutoGnothiTrainOptions(**job.request["parameters"])
+    count = 0
+
+    def progress(record: dict[str, Any]) -> bool:
+        nonlocal count
+        ctx.store.add_results(job.id, {count: record})
+        count += 1
+        return not cancelled(ctx, job.id)
+
+    artifacts = ctx.service.context.need_artifacts(autognothi.KIND)
+    info = autognothi.trained_artifact(model, opts, artifacts, job.request.get("inputs"), progress)
+    if info is None:  # cancelled
+        return
+    result = {"artifact": info.id, "model_version": info.model_version, "config": info.config}
+    ctx.store.add_results(job.id, {job.total - 1: {**result, "metrics": info.metrics}})
+
+
+def summarise_autognothi(store: JobStore, job: Job) -> dict[str, Any]:
+    result = store.all_results(job.id)[-1]
+    return {
+        "artifact": result["artifact"],
+        "model_version": result["model_version"],
+        "metrics": result["metrics"],
+        "explain": f"POST /v2/models/{job.model}/explain/autognothi with "
         f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
     }

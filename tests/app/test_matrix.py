@@ -6,8 +6,8 @@ scripted linear regressor and tabular classifier, XGBoost regressor and classifi
 multiclass) and remote Open Inference Protocol models served by a real MLServer (sklearn runtime).
 For each pair:
 
-- listed in GET /v2/models/{m} `explainers`: a valid request answers 200 (Salvage: 409
-  explainer_not_trained, its documented answer before a train-salvage job);
+- listed in GET /v2/models/{m} `explainers`: a valid request answers 200 (Salvage, AutoGnothi:
+  409 explainer_not_trained, their documented answer before a training job);
 - not listed: a documented 4xx with {"error", "code"}: 400 unsupported_modality or
   needs_classifier, 422 not_differentiable, the code `unsupported(spec, model)` gives;
 - never a 5xx.
@@ -106,6 +106,7 @@ BODIES: dict[tuple[str, str], Callable[[Kind], dict[str, Any]]] = {
     },
     ("cocoa", "encoder"): _cocoa,
     ("salvage", "image"): lambda k: {"inputs": [k.instance]},
+    ("autognothi", "text"): lambda k: {"inputs": [k.instance]},
     ("sufficient-subset", "tabular"): lambda k: {
         "inputs": [k.instance],
         "parameters": {"order": "leave-one-out"},
@@ -402,7 +403,7 @@ def print_matrix(
     total = len(names) * len(explainers)
     lines.append(
         f"{len(names)} models x {len(explainers)} explainers = {total} pairs: "
-        f"{outcomes['200']} x 200, {outcomes['409']} x 409 (salvage untrained), "
+        f"{outcomes['200']} x 200, {outcomes['409']} x 409 (salvage, autognothi untrained), "
         f"{outcomes['4xx']} x documented 4xx, {outcomes['5xx']} x 5xx; again with the request's "
         f"background rows: {outcomes['background 200']} x 200, {outcomes['background 409']} x "
         f"409; {seconds:.1f} s"

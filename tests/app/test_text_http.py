@@ -31,7 +31,7 @@ def test_listed_ready_and_described(client: TestClient) -> None:
     assert meta["outputs"][0]["shape"] == [-1, 2]
     assert meta["output_names"] == ["negative", "positive"] and meta["feature_names"] == []
     assert meta["task"] == "classification"
-    assert meta["explainers"] == ["shapley", "sufficient-subset"]
+    assert meta["explainers"] == ["shapley", "autognothi", "sufficient-subset"]
     assert meta["background"] is None
     assert meta["info"]["check_set"]["accuracy"] >= 0.85
     shapley = next(e for e in client.get("/v2/explainers").json() if e["name"] == "shapley")

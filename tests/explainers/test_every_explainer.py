@@ -46,6 +46,9 @@ TINY_SALVAGE = {
     "pairs": 2,
 }
 
+# AutoGnothi's smallest training run (tests/app/test_autognothi_routes.py).
+TINY_AUTOGNOTHI = {"sentences": 24, "pairs": 4, "epochs": 2, "batch_size": 8, "held_out": 2}
+
 
 @dataclass(frozen=True)
 class Case:
@@ -103,6 +106,9 @@ CASES: dict[str, Case] = {
     ),
     "cocoa": Case("digits-encoder", _cocoa, 1000, efficient=True),
     "salvage": Case("digits-cnn", lambda: {"inputs": [_row("digits-cnn")]}, None, efficient=True),
+    "autognothi": Case(
+        "sentiment-minilm", lambda: {"inputs": ["The movie was wonderful."]}, None, efficient=True
+    ),
     "attribot": Case(
         "smollm2-135m",
         lambda: {
@@ -141,7 +147,7 @@ def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     registry.get("smollm2-135m")  # an LM loads in the background otherwise (503 until loaded)
     tmp = tmp_path_factory.mktemp("every-explainer")
     settings = Settings(
-        model_dir=tmp / "models",  # Salvage's artifact store; built-ins come from the registry
+        model_dir=tmp / "models",  # the artifact stores; built-ins come from the registry
         redis_url=None,
         database_url=f"sqlite:///{tmp / 'jobs.db'}",
         load_models_on_start=False,
@@ -151,6 +157,11 @@ def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "/v2/jobs",
             json={"kind": "train-salvage", "model": "digits-cnn", "parameters": TINY_SALVAGE},
         )
+        assert r.status_code == 202, r.text
+        status = _wait(c, r.json()["id"])
+        assert status["status"] == "succeeded", status
+        job = {"kind": "train-autognothi", "model": "sentiment-minilm"}
+        r = c.post("/v2/jobs", json={**job, "parameters": TINY_AUTOGNOTHI})
         assert r.status_code == 202, r.text
         status = _wait(c, r.json()["id"])
         assert status["status"] == "succeeded", status
