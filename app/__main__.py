@@ -66,6 +66,23 @@ def worker_app() -> Any:
     return create_app(Settings())
 
 
+def check_settings(parser: argparse.ArgumentParser) -> None:
+    """Stop the start, before any worker is spawned, on a setting this machine cannot honour
+    (DEVICE=cuda without a CUDA device, ...): one line per setting, exit status 2."""
+    from pydantic import ValidationError
+
+    from app.settings import Settings
+
+    try:
+        Settings()
+    except ValidationError as exc:
+        lines = [
+            f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        parser.exit(2, "python -m app: invalid settings\n" + "\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
@@ -74,6 +91,7 @@ def main() -> None:
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     args = parser.parse_args()
     configure_logging(args.log_level, args.log_format)
+    check_settings(parser)
     cores = os.cpu_count() or 1
     workers = processes(os.environ, cores)
     if workers == 1:

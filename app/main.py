@@ -133,7 +133,7 @@ def resumes_here() -> bool:
 def create_app(settings: Settings | None = None, registry: ModelRegistry | None = None) -> FastAPI:
     """Build the service; nothing heavy happens until the app starts."""
     settings = settings or Settings()
-    registry = registry or ModelRegistry(settings.model_dir)
+    registry = registry or ModelRegistry(settings.model_dir, device=settings.device)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -188,7 +188,7 @@ async def register(
 
     def build() -> tuple[Model, dict[str, Any]]:
         try:
-            return register_model(decl, files)
+            return register_model(decl, files, registry.device)  # the test pass: there
         except ModelError as exc:
             raise InvalidInput(str(exc), code="invalid_model") from None
 

@@ -125,6 +125,7 @@ def metadata(model: Model) -> ModelMetadata:
             "classifier": model.task == "classification",
             "tree": None if model.tree is None else model.tree.library,
             "input_range": None if model.input_range is None else list(model.input_range),
+            "device": (getattr(model, "info", {}) or {}).get("device", "cpu"),
         },
         background=model.background_info or None,
         info=getattr(model, "info", {}) or {},

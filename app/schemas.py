@@ -240,7 +240,8 @@ class ModelMetadata(BaseModel):
     capabilities: dict[str, Any] = Field(
         default_factory=dict,
         description="differentiable (input gradients), classifier, tree (the booster library "
-        "whose TreeSHAP answers estimator tree), input_range",
+        "whose TreeSHAP answers estimator tree), input_range, device (where it computes: cpu, "
+        "cuda:k, remote)",
     )
     background: dict[str, Any] | None
     info: dict[str, Any] = Field(default_factory=dict)

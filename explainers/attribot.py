@@ -339,7 +339,7 @@ def explain(
             raise OptionError(
                 f"unknown proxy model {name!r}; built-in LMs: {sorted(built_in.SOURCES)}"
             )
-        return built_in.shared_language_model(name, cache_dir)
+        return built_in.shared_language_model(name, cache_dir, model.device)  # beside it
 
     explanation, params = attribute(
         model, context, query, response, options, resolve=resolve, seed=seed, budget=budget

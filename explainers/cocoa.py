@@ -201,11 +201,14 @@ def _integrated_gradients(
     model: Model, x: np.ndarray, baseline: np.ndarray, target: Target, steps: int
 ) -> np.ndarray:
     """IG of target(f(.)) from baseline to x per input feature (explainers/gradients.py,
-    Gauss-Legendre as captum's default). float64 [n_features]"""
+    Gauss-Legendre as captum's default). Inputs move to the model's device (a no-op on the
+    CPU); gradients flow back to them through the move. float64 [n_features]"""
     from explainers.gradients import integrated_gradients
 
-    def score(inp: Any) -> Any:  # [m, *shape] -> [m, 1]
-        return target.torch(model.module(inp).reshape(inp.shape[0], -1))[:, None]
+    device = model.device
+
+    def score(inp: Any) -> Any:  # [m, *shape] -> [m, 1], on the model's device
+        return target.torch(model.module(inp.to(device)).reshape(inp.shape[0], -1))[:, None]
 
     x64 = np.asarray(x, dtype=np.float64)
     base = np.asarray(baseline, dtype=np.float64)[None]

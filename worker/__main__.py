@@ -36,7 +36,9 @@ def main() -> None:
     )
     # Registered models and Salvage artifacts come from the database every API process shares.
     registry = ModelRegistry(
-        settings.model_dir, store=ModelStore(settings.database_url, settings.user_model_dir)
+        settings.model_dir,
+        store=ModelStore(settings.database_url, settings.user_model_dir),
+        device=settings.device,
     )
     store = JobStore(settings.database_url)
     service = ExplainService(settings, registry, cache, Metrics())

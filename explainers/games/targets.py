@@ -30,7 +30,7 @@ class Similarity:
     def torch(self, e: Any) -> Any:
         import torch
 
-        d = torch.as_tensor(self.direction, dtype=e.dtype)
+        d = torch.as_tensor(self.direction, dtype=e.dtype, device=e.device)
         if self.normalize:
             e = torch.nn.functional.normalize(e, dim=1, eps=1e-12)
         return e @ d
