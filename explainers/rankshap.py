@@ -24,7 +24,12 @@ from pydantic import BaseModel, Field
 
 from explainers import caveats
 from explainers.budget import default_budget
-from explainers.estimators.registry import SamplerName, choose_estimator, shapley_values
+from explainers.estimators.registry import (
+    EstimatorChoice,
+    SamplerName,
+    choose_estimator,
+    shapley_values,
+)
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.options import ExplainerOptions
@@ -74,8 +79,10 @@ class RankShapOptions(ExplainerOptions):
         description="graded relevance rel = K - original rank + 1 (inferred); gain 2^rel - 1 "
         "(exponential, inferred) or rel (linear, ours)",
     )
-    estimator: Literal["auto", "exact", "kernel", "permutation"] = Field(
-        "auto", description="auto: exact when 2^n coalitions fit the budget, else KernelSHAP"
+    estimator: EstimatorChoice = Field(
+        "auto",
+        description="auto: exact when 2^n coalitions fit the budget, else gp below 3n "
+        "coalitions, KernelSHAP from 3n",
     )
     sampler: SamplerName = Field(
         "kernel", description="coalition sampler of the kernel estimator"

@@ -38,8 +38,9 @@ class ShapleyOptions(ExplainerOptions):
     estimator: Literal["auto", EstimatorName, "svarm", "tree"] = Field(
         "auto",
         description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
-        "exact when 2^n coalitions fit the budget, else kernel (SV) or the index's default "
-        "sampler; svarm is for interaction indices only; tree: exact path-dependent TreeSHAP",
+        "exact when 2^n coalitions fit the budget, else gp below 3n coalitions and kernel from "
+        "3n (SV), or the index's default sampler; svarm is for interaction indices only; "
+        "tree: exact path-dependent TreeSHAP",
     )
     output: Literal["auto", "prediction", "margin"] = Field(
         "auto",

@@ -31,8 +31,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.stats import t as student_t
 
 from explainers.estimators import kernel
 from explainers.estimators.base import Estimate, Target
@@ -50,6 +48,20 @@ MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n 
 MAX_PLAYERS = 512  # ... and players
 
 __all__ = ["MAX_PLAYERS", "MAX_ROWS", "Prior", "gp", "min_coalitions", "posterior", "rounds"]
+
+
+def _solve_triangular(a: np.ndarray, b: np.ndarray, **kw: bool) -> np.ndarray:
+    """scipy's triangular solve, imported on first use (keeps the estimators' import light)."""
+    from scipy.linalg import solve_triangular
+
+    return np.asarray(solve_triangular(a, b, **kw))
+
+
+def _t975(dof: int | float) -> float:
+    """Student's t 97.5% quantile (scipy imported on first use)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
 
 
 def gp(
@@ -160,7 +172,7 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
             low = _factor(k, _noise(m, nugget))
             if low is None:
                 continue
-            a0 = solve_triangular(low, y, lower=True, check_finite=False)
+            a0 = _solve_triangular(low, y, lower=True, check_finite=False)
             s2 = np.maximum((a0**2).mean(axis=0), 1e-300)
             nll = 0.5 * m * float(np.log(s2).sum()) + y.shape[1] * float(
                 np.log(low.diagonal()).sum()
@@ -180,7 +192,7 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
         if gamma != 1.0:
             trial(theta * n, p, gamma)
     _, prior, nugget, low, s2 = best
-    inv = solve_triangular(low, np.eye(m), lower=True, check_finite=False)
+    inv = _solve_triangular(low, np.eye(m), lower=True, check_finite=False)
     alpha = inv.T @ (inv @ y)
     s2_loo = (alpha**2 / np.maximum((inv**2).sum(axis=0), 1e-300)[:, None]).mean(axis=0)
     return prior, nugget, np.maximum(s2_loo / s2, 1.0)
@@ -198,11 +210,11 @@ def _mean(
     while low is None:
         low = _factor(k, _noise(len(y), nugget))
         nugget *= 10
-    a0 = solve_triangular(low, y, lower=True, check_finite=False)  # [m, k]
-    alpha = solve_triangular(low.T, a0, lower=False, check_finite=False)
+    a0 = _solve_triangular(low, y, lower=True, check_finite=False)  # [m, k]
+    alpha = _solve_triangular(low.T, a0, lower=False, check_finite=False)
     phi = cross.T @ alpha
     phi += (total - phi.sum(axis=0)) / cross.shape[1]  # rounding only: v(full) is exact
-    return phi, a0, solve_triangular(low, cross, lower=True, check_finite=False)
+    return phi, a0, _solve_triangular(low, cross, lower=True, check_finite=False)
 
 
 def posterior(
@@ -227,7 +239,7 @@ def posterior(
     # and Student's t 97.5% quantile over the normal's for that many
     m = len(y)
     dof = max(m - n, 1)
-    s2 = (a0**2).mean(axis=0) * inflate * m / dof * (student_t.ppf(0.975, dof) / 1.96) ** 2
+    s2 = (a0**2).mean(axis=0) * inflate * m / dof * (_t975(dof) / 1.96) ** 2
     if half is not None and min((half == 0).sum(), (half == 1).sum()) >= n:
         # Two fits on complementary halves of the pairs differ by about twice the variance of
         # each, that is, four times the full fit's (variance ~ 1 / pairs): where they differ

@@ -18,8 +18,9 @@ ESTIMATORS = [
     ("kernel", "kernel"),
     ("kernel", "leverage"),
     ("auto", "kernel"),
+    ("gp", "kernel"),
 ]
-IDS = ["exact", "permutation", "kernel", "kernel-leverage", "auto"]
+IDS = ["exact", "permutation", "kernel", "kernel-leverage", "auto", "gp"]
 
 
 class CountingPredict:
@@ -55,7 +56,7 @@ def minimum(estimator: str, n: int) -> int:
         return 1 << n
     if estimator == "permutation":
         return 2 * n
-    return 2 * n  # kernel and auto: n - 1 complement pairs plus empty and full
+    return 2 * n  # kernel, gp and auto: n - 1 complement pairs plus empty and full
 
 
 PLAIN_BUDGETS = [
