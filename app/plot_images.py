@@ -17,7 +17,6 @@ from app.errors import InvalidInput
 from app.plots import (
     NEGATIVE,
     POSITIVE,
-    Answer,
     Classes,
     View,
     auto_kind,
@@ -32,6 +31,7 @@ from app.plots import (
     view,
     waterfall_steps,
 )
+from app.schemas import ExplainResponse
 
 
 def _sign(value: float) -> str:
@@ -49,7 +49,7 @@ def _diverging() -> Any:
 
 
 def figure(
-    body: Answer, kind: str, index: int, max_features: int, classes: Classes = None
+    body: ExplainResponse, kind: str, index: int, max_features: int, classes: Classes = None
 ) -> Any:
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
@@ -231,7 +231,7 @@ def _text_figure(v: View) -> Any:
 
 
 def image_bytes(
-    body: Answer,
+    body: ExplainResponse,
     fmt: str,
     kind: str,
     index: int,

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from app.plots import Answer, typed
+from app.schemas import ExplainResponse
 from xai.results import text_tokens  # the client's helper: the same tokens on both sides
 
 
-def shap_arguments(body: Answer) -> dict[str, Any]:
+def shap_arguments(answer: ExplainResponse) -> dict[str, Any]:
     """Keyword arguments of shap.Explanation (as JSON lists) for every explanation of a response.
 
     Tabular and image players share names, so values are [m, n]; text players differ per
@@ -19,7 +19,6 @@ def shap_arguments(body: Answer) -> dict[str, Any]:
     the tokens with their spacing (shap.plots.text joins them as written), feature_names the
     players' words.
     """
-    answer = typed(body)
     explanations = answer.data.explanations
     ragged = any(e.players for e in explanations)
     args: dict[str, Any] = {

@@ -21,7 +21,6 @@ from app.schemas import ExplainResponse, ExplanationOut
 Kind = Literal["auto", "bar", "waterfall", "heatmap", "text", "interactions"]
 Format = Literal["png", "svg", "vega-lite", "shap"]
 Classes = list[tuple[str, float]] | None  # (class name, probability), most probable first
-Answer = ExplainResponse | dict[str, Any]  # typed, or an answer's JSON decoded
 VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 PATCH = re.compile(r"^patch_(\d+)_(\d+)$")
 POSITIVE, NEGATIVE = "#d62728", "#1f77b4"  # shap's convention: red raises the output
@@ -44,13 +43,8 @@ class View:
     feature_values: list[Any] | None = None  # the instance's value per player (tables)
 
 
-def typed(body: Answer) -> ExplainResponse:
-    """The typed answer (a decoded answer is validated once)."""
-    return body if isinstance(body, ExplainResponse) else ExplainResponse.model_validate(body)
-
-
-def view(body: Answer, index: int) -> View:
-    answer = typed(body)
+def view(answer: ExplainResponse, index: int) -> View:
+    """Explanation `index` of a typed answer, with its players' names."""
     explanations = answer.data.explanations
     if not 0 <= index < len(explanations):
         raise InvalidInput(f"index must be in [0, {len(explanations)}), got {index}")
@@ -223,7 +217,7 @@ def waterfall_steps(v: View, max_features: int) -> list[dict[str, Any]]:
 
 
 def vega_lite(
-    body: Answer,
+    body: ExplainResponse,
     kind: str,
     index: int,
     max_features: int,

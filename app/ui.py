@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,26 +80,29 @@ INDEX = Query(0, ge=0, description="which explanation of the response")
 MAX_FEATURES = Query(20, ge=1, le=1000, description="bars shown; the rest are summed in one")
 
 
-def top_classes(svc: ExplainService, body: dict[str, Any], index: int) -> plots.Classes:
+def top_classes(svc: ExplainService, answer: ExplainResponse, index: int) -> plots.Classes:
     """The three most probable classes of an image explanation's instance, when the model that
     answered is registered here in the same version (a heatmap shows them by the original)."""
+    explanations = answer.data.explanations
+    if not 0 <= index < len(explanations) or explanations[index].data is None:
+        return None
     try:
-        model = svc.model(str(body.get("model_name")))
-        e = body["data"]["explanations"][index]
+        model = svc.model(answer.model_name)
         if (
-            model.version != body.get("model_version")
+            model.version != answer.model_version
             or model.modality != "image"
             or model.task != "classification"
         ):
             return None
-        probs = model.predict(np.asarray(e["data"], dtype=np.float64)[None])[0]
-    except Exception:  # no such model, a malformed body: the plot goes without them
+        x = np.asarray(explanations[index].data, dtype=np.float64)
+        probs = model.predict(x.reshape(1, *model.input_shape))[0]
+    except Exception:  # no such model, data of another shape: the plot goes without them
         return None
     order = np.argsort(-probs)[:3]
     return [(model.output_names[i], float(probs[i])) for i in order]
 
 
-async def render(body: dict[str, Any], q: PlotQuery, request: Request | None = None) -> Response:
+async def render(body: ExplainResponse, q: PlotQuery, request: Request | None = None) -> Response:
     """Matplotlib runs in a worker thread: it is CPU work and must not block the loop."""
     if q.format == "shap":
         return JSONResponse(plot_shap.shap_arguments(body))
@@ -127,7 +129,7 @@ async def plot_response(
 ) -> Response:
     """Render an explain response (the JSON an explain route returned) as a plot."""
     q = PlotQuery(format, kind, index, max_features)
-    return await render(body.model_dump(mode="json"), q, request)
+    return await render(body, q, request)
 
 
 def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
@@ -145,9 +147,8 @@ def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
         max_features: int = MAX_FEATURES,
     ) -> Response:
         answer = await explain(request, model, body)
-        result = await render(
-            json.loads(bytes(answer.body)), PlotQuery(format, kind, index, max_features), request
-        )
+        typed = ExplainResponse.model_validate_json(bytes(answer.body))
+        result = await render(typed, PlotQuery(format, kind, index, max_features), request)
         result.headers["X-Cache"] = answer.headers.get("X-Cache", "")
         return result
 

@@ -335,10 +335,11 @@ def test_heatmap_beside_the_original_with_top_classes(client: TestClient) -> Non
 
 def test_text_plot_keeps_every_character(client: TestClient) -> None:
     from app import plot_images, plots
+    from app.schemas import ExplainResponse
 
     sentence = "The food was wonderful, but the service was slow."
     body = explain(client, "sentiment-minilm", {"inputs": [sentence]})
-    pieces = plot_images.segments(plots.view(body, 0))
+    pieces = plot_images.segments(plots.view(ExplainResponse.model_validate(body), 0))
     assert "".join(p for p, _ in pieces) == sentence  # the final '.' included
     assert [p for p, v in pieces if v is not None] == [
         p["text"] for p in body["data"]["explanations"][0]["players"]
