@@ -79,12 +79,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_sentiment_minilm(Path("/tmp"))
-    before = weights_hash(model.module)
+    before = weights_hash(model.torch_module())
 
     opts = autognothi_train.AutoGnothiTrainOptions(**json.loads(args.options))
     trained = autognothi_train.train(model, opts)
     assert trained is not None
-    assert weights_hash(model.module) == before
+    assert weights_hash(model.torch_module()) == before
     m = trained.metrics
     print(f"training: {m['train_sentences']} sentences x {m['coalitions_per_sentence']} "
           f"coalitions = {m['model_rows']} model rows, {m['train_seconds']:.1f} s "

@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_digits_cnn(Path(Settings().model_dir))
-    before = weights_hash(model.module)
+    before = weights_hash(model.torch_module())
     opts = autognothi_image.ImageTrainOptions(epochs=args.epochs, seed=args.seed)
     net, metrics = autognothi_image.train(model, opts)
     sv_opts = salvage.SalvageTrainOptions(
@@ -55,7 +55,7 @@ def main() -> None:
     trained = salvage.train(model, sv_opts)
     assert trained is not None
     sv_seconds = time.perf_counter() - start
-    assert weights_hash(model.module) == before
+    assert weights_hash(model.torch_module()) == before
     x = dataset_split("digits-cnn").x_test[: args.images]
     exact, classes = [], []
     for image in x:

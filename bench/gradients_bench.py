@@ -91,13 +91,13 @@ def fgsm(model: Model, x: np.ndarray, radius: float) -> tuple[np.ndarray, np.nda
     (perturbed inputs [m, *shape], which kept their label [m])."""
     xt = torch.tensor(x, dtype=torch.float32, requires_grad=True)
     with torch.enable_grad():
-        probs = model.module(xt)
+        probs = model.torch_module()(xt)
         label = probs.argmax(dim=1)
         loss = -torch.log(probs.gather(1, label[:, None]).clamp_min(1e-30)).sum()
         (grad,) = torch.autograd.grad(loss, xt)
     moved = (xt + radius * grad.sign()).clamp(0.0, 1.0).detach()
     with torch.no_grad():
-        kept = (model.module(moved).argmax(dim=1) == label).numpy()
+        kept = (model.torch_module()(moved).argmax(dim=1) == label).numpy()
     return moved.numpy(), kept
 
 
@@ -169,7 +169,7 @@ def run_method(
 def versus_captum(model: Model, x: np.ndarray, steps: int, method: str) -> dict[str, Any]:
     from captum.attr import IntegratedGradients
 
-    captum_ig = IntegratedGradients(model.module)
+    captum_ig = IntegratedGradients(model.torch_module())
     out: dict[str, Any] = {"steps": steps, "method": method}
     for baseline, value in (("zero", 0.0), ("mean", None)):
         options = IG(baseline=baseline, steps=steps, method=method)  # type: ignore[arg-type]

@@ -71,7 +71,7 @@ def main() -> None:
         for kind, t in targets.items():
             start = time.perf_counter()
             learned = learn_baseline(
-                model.module,
+                model.torch_module(),
                 x,
                 t,
                 model.reference,
@@ -82,7 +82,7 @@ def main() -> None:
             )
             took = time.perf_counter() - start
             row = [
-                objective(model.module, x, t, b, logodds, args.samples)
+                objective(model.torch_module(), x, t, b, logodds, args.samples)
                 for b in (
                     np.zeros(model.n_features),
                     model.reference.mean(axis=0),

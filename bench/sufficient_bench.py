@@ -223,7 +223,7 @@ def _anchors(
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = Path(tmp) / "model.onnx"
         torch.onnx.export(
-            model.module, (torch.zeros(1, *model.input_shape),), str(onnx_path),
+            model.torch_module(), (torch.zeros(1, *model.input_shape),), str(onnx_path),
             input_names=["x"], output_names=["p"],
             dynamic_axes={"x": {0: "n"}, "p": {0: "n"}}, dynamo=False,
         )  # fmt: skip

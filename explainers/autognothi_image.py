@@ -93,7 +93,7 @@ def train(
     opts = options
     if model.modality != "image" or model.task != "classification":
         raise OptionError("the image side network explains image classifiers")
-    before = weights_hash(model.module)
+    before = weights_hash(model.torch_module())
     data = model.reference if data is None else data
     if data is None:
         raise OptionError(f"model {model.name!r} has no reference images")
@@ -107,7 +107,7 @@ def train(
     n = int(groups_np.max()) + 1
     grid = (-(-x_all.shape[2] // opts.patch_size), -(-x_all.shape[3] // opts.patch_size))
     start = time.perf_counter()
-    module = model.module
+    module = model.torch_module()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(opts.seed)
         gen = torch.Generator().manual_seed(opts.seed)
@@ -150,6 +150,6 @@ def amortized(model: Model, net: ImageSideNet, x: np.ndarray, patch_size: int = 
         xt = xt[:, None]
     grid = (-(-xt.shape[2] // patch_size), -(-xt.shape[3] // patch_size))
     with torch.inference_mode():
-        feats, full = levels(model.module, xt, grid)
-        empty = model.module(torch.zeros(1, *xt.shape[1:]))[0]
+        feats, full = levels(model.torch_module(), xt, grid)
+        empty = model.torch_module()(torch.zeros(1, *xt.shape[1:]))[0]
         return _values(net, feats, full, empty).numpy().astype(np.float64)

@@ -181,7 +181,7 @@ def train(
     `texts`: training sentences (default: generated from the VADER lexicon)."""
     opts = options
     run = runner(model)
-    before = weights_hash(model.module)
+    before = weights_hash(model.torch_module())
     vocabulary = frozenset(run.tokenizer.get_vocab())
     data_id = "vader"
     if texts is None:
@@ -237,7 +237,7 @@ def train(
                 record.update(held_out(net, held_enc, held_empty, exact))
             if not report(record):
                 return None
-    if weights_hash(model.module) != before:  # cannot happen: nothing optimises the model
+    if weights_hash(model.torch_module()) != before:  # cannot happen: nothing optimises the model
         raise RuntimeError("the frozen model's weights changed during AutoGnothi training")
     final = {k: v for r in history for k, v in r.items() if k.startswith("held_out_")}
     metrics = {

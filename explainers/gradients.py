@@ -59,7 +59,7 @@ def score_function(model: Model, output: Output) -> Score:
     `torch.nn.Sequential` whose last module is `torch.nn.Softmax`. Inputs move to the model's
     device (a no-op on the CPU); gradients flow back to them through the move.
     """
-    module, device = model.module, model.device
+    module, device = model.torch_module(), model.device
     if output == "logit":
         if model.task != "classification":
             raise OptionError("output 'logit' applies to classifiers; this model is a regressor")

@@ -244,7 +244,7 @@ def train(
     opts = options
     if model.modality != "image" or model.task != "classification":
         raise OptionError("Salvage explains image classifiers")
-    if next(model.module.parameters(), None) is None:
+    if not model.differentiable or next(model.torch_module().parameters(), None) is None:
         raise OptionError(f"model {model.name!r} has no trainable weights to fine-tune")
     data_id = "reference"
     if data is None:
@@ -275,7 +275,7 @@ def train(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(opts.seed)
         gen = torch.Generator().manual_seed(opts.seed)
-        teacher = model.module
+        teacher = model.torch_module()
         with torch.no_grad():
             f_train, f_val = log_probs(teacher, x_train), log_probs(teacher, x_val)
         given = surrogate is not None

@@ -309,13 +309,14 @@ def explain(
     echo: dict[str, Any] = options.model_dump()
     echo["pgd_step_size"] = options.pgd_step_size or echo["epsilon"] / 4
     device = model.device  # the copy, the PGD search and IG run where the weights are
+    module = model.torch_module()
     eps_t = torch.tensor(eps, dtype=torch.float32, device=device)[None]
     explanations = []
     for row in inputs.astype(np.float32):
         x = torch.from_numpy(row[None].copy()).to(device)  # [1, *shape]
         out = pick_target(model, target, model.predict(row[None])[0])
-        unlearned, unlearning_evals, unlearned_ok = unlearned_output(model.module, x, out, options)
-        xp, kls = match_baseline(model.module, x, unlearned, eps_t, options)
+        unlearned, unlearning_evals, unlearned_ok = unlearned_output(module, x, out, options)
+        xp, kls = match_baseline(module, x, unlearned, eps_t, options)
         baseline = xp[0].cpu().numpy().astype(np.float64)
         attr = integrated_gradients(
             score, row.astype(np.float64), baseline[None], out, options.ig_steps, options.method
@@ -323,7 +324,7 @@ def explain(
         s = scores_at(score, np.stack([row.astype(np.float64), baseline]), 2)
         full, base = float(s[0, out]), float(s[1, out])
         with torch.no_grad():  # class probabilities: the input, the baseline, the unlearned copy
-            p_x, p_base = _log_probs(model.module, torch.cat([x, xp]))[:, out].exp().tolist()
+            p_x, p_base = _log_probs(module, torch.cat([x, xp]))[:, out].exp().tolist()
         p_copy = float(unlearned[0, out].exp())
         check_finite(attr, base, full, *kls)
         gap = float(attr.sum()) + base - full

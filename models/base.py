@@ -1,4 +1,4 @@
-"""The model type every explainer runs against: a torch module plus its metadata."""
+"""The model type every explainer runs against: a torch module or a black box, plus metadata."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ class UnknownModelError(ModelError, KeyError):
 
 class ModelNotReadyError(ModelError):
     """The model exists but is not loaded (still training or failed to load)."""
+
+
+class NoModuleError(ModelError):
+    """A black box (ONNX, booster, remote endpoint, BM25) has no torch module."""
 
 
 def weights_hash(module: torch.nn.Module) -> str:
@@ -94,7 +98,12 @@ class FunctionModule(torch.nn.Module):
 
 @dataclass(frozen=True)
 class Model:
-    """A loaded model: `predict` maps its native inputs (float32 [m, *input_shape]) to [m, k]."""
+    """A loaded model: `predict` maps its native inputs (float32 [m, *input_shape]) to [m, k].
+
+    A torch model has a `module`; a black box that another runtime evaluates has none and a
+    `predict_fn` instead (a ranker or text model its own scoring function). `differentiable`
+    is decided once, here: only a torch model without a `predict_fn` has input gradients.
+    """
 
     name: str
     modality: str  # "tabular" | "image" | "text"
@@ -107,11 +116,13 @@ class Model:
     background_info: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 65536  # rows per forward pass; bounds memory
     platform: str = "pytorch"
-    version: str = ""  # filled from the weights when empty
+    version: str = ""  # filled from the weights when empty; a black box's: its file's hash
     info: dict[str, Any] = field(default_factory=dict)  # provenance: dataset, seed, metrics
     reference: np.ndarray | None = None  # [rows, *input_shape] data the model's users send
     # Capabilities, declared once; the catalog of usable explainers is derived from them.
-    differentiable: bool = True  # `module` gives input gradients (torch weights, not a black box)
+    # `module` gives input gradients; False when there is no module or a `predict_fn` (set in
+    # __post_init__); a torch module may still be declared a black box (e.g. a stand-in).
+    differentiable: bool = True
     input_range: tuple[float, float] | None = None  # valid input values, e.g. (0, 1) for images
     tree: TreeEnsemble | None = None  # exact TreeSHAP through the booster's own library
     # Black boxes that another runtime evaluates: rows in `input_dtype` -> [m, k], called
@@ -123,8 +134,20 @@ class Model:
     row_bytes: int = 0
 
     def __post_init__(self) -> None:
-        if not self.version:
-            object.__setattr__(self, "version", weights_hash(self.module))
+        if self.module is None or self.predict_fn is not None:
+            object.__setattr__(self, "differentiable", False)
+        if not self.version:  # no module: the hash of no weights, as an empty module's
+            empty = hashlib.sha256().hexdigest()[:16]
+            version = empty if self.module is None else weights_hash(self.module)
+            object.__setattr__(self, "version", version)
+
+    def torch_module(self) -> torch.nn.Module:
+        """The torch module; NoModuleError for a black box (check `differentiable` first)."""
+        if self.module is None:
+            raise NoModuleError(
+                f"{self.name} is a black box ({self.platform}) without a torch module"
+            )
+        return self.module
 
     @property
     def n_features(self) -> int:
@@ -137,7 +160,7 @@ class Model:
     @property
     def device(self) -> torch.device:
         """Where the model computes: its weights' device; the CPU for black boxes."""
-        if self.predict_fn is not None:
+        if self.predict_fn is not None or self.module is None:
             return torch.device("cpu")
         return module_device(self.module)
 
@@ -164,12 +187,12 @@ class Model:
             return out
         # no_grad, not inference_mode: a TorchScript module may keep constants it built on its
         # first call, and inference tensors cannot be saved for a later backward pass.
-        device, step = self.device, self.rows_per_pass()
+        module, device, step = self.torch_module(), self.device, self.rows_per_pass()
         with torch.no_grad():
             for start in range(0, x.shape[0], step):
                 chunk = torch.from_numpy(x[start : start + step]).to(device)  # no-op on the CPU
                 out[start : start + chunk.shape[0]] = (
-                    self.module(chunk).reshape(chunk.shape[0], -1).cpu().numpy()
+                    module(chunk).reshape(chunk.shape[0], -1).cpu().numpy()
                 )
         return out
 
@@ -179,7 +202,7 @@ class TextModel(Model):
     """A model of strings: `predict` maps m texts (a list or a 1-D str array) to float32 [m, k].
 
     `input_shape` is () and `feature_names` empty: a text's players are its own words or tokens.
-    `module` holds the weights that the version hashes.
+    `module` holds the weights that the version hashes (None: the version is given).
     """
 
     predict_texts: Callable[[list[str]], np.ndarray]  # m texts -> float32 [m, k], batched

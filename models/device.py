@@ -59,9 +59,9 @@ def resolve_device(spec: str = "auto") -> torch.device:
 def _moves(model: Model) -> bool:
     """Whether the model computes with torch weights (black boxes and weightless modules stay
     on the CPU: ONNX, boosters, remote endpoints, BM25)."""
-    if model.predict_fn is not None:
-        return False
     module = model.module
+    if model.predict_fn is not None or module is None:
+        return False
     return next(module.parameters(), None) is not None or next(module.buffers(), None) is not None
 
 
@@ -77,7 +77,7 @@ def probe_row_bytes(model: Model, rows: int = PROBE_ROWS) -> int:
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
     with torch.no_grad():
-        out = model.module(x)
+        out = model.torch_module()(x)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
     del out
@@ -98,10 +98,11 @@ def place(model: M, device: torch.device) -> M:
         # provenance, not identity: a black box keeps its object (and its version)
         model.info["device"] = "remote" if model.platform == "remote" else "cpu"
         return model
-    if module_device(model.module) == device:
+    module = model.torch_module()
+    if module_device(module) == device:
         model.info["device"] = str(device)
         return model
-    model.module.to(device)  # in place: loaders that share a module share the move
+    module.to(device)  # in place: loaders that share a module share the move
     info = {**model.info, "device": str(device)}
     row_bytes = probe_row_bytes(model)
     if not row_bytes:

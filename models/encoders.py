@@ -137,7 +137,7 @@ def load_minilm_encoder(cache_dir: Path) -> TextModel:
 def load_digits_encoder(cache_dir: Path) -> Model:
     """Penultimate layer of digits-cnn: [1, 8, 8] images in [0, 1] -> 64 ReLU features."""
     cnn = load_digits_cnn(cache_dir)
-    layers = list(cnn.module.children())
+    layers = list(cnn.torch_module().children())
     if not isinstance(layers[-1], nn.Softmax) or not isinstance(layers[-2], nn.Linear):
         raise RuntimeError("digits-cnn does not end in Linear + Softmax")
     module = nn.Sequential(*layers[:-2]).eval()  # shares the classifier's weights

@@ -67,8 +67,8 @@ def test_model_metadata_and_predict(
     assert model.input_shape == shape
     assert model.n_outputs == n_out
     assert len(model.feature_names) == model.n_features == len(set(model.feature_names))
-    assert not model.module.training
-    params = list(model.module.parameters())
+    assert not model.torch_module().training
+    params = list(model.torch_module().parameters())
     assert all(p.requires_grad and p.dtype == torch.float32 for p in params)
     assert model.background is not None
     assert model.background.shape == (100, *shape) and model.background.dtype == np.float32

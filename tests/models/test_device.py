@@ -176,7 +176,7 @@ def test_cuda_gradient_explainers_match_the_cpu(
     values = [
         float(
             low_order_objective(
-                m.module,
+                m.torch_module(),
                 torch.as_tensor(rows),
                 target,
                 torch.as_tensor(rows.mean(axis=0)),

@@ -52,7 +52,7 @@ def test_metadata(model: TextModel) -> None:
     assert model.input_shape == () and model.feature_names == ()
     assert model.background is None and model.reference is None
     assert len(model.version) == 16 and int(model.version, 16) >= 0
-    assert not model.module.training
+    assert not model.torch_module().training
     assert model.info["prompts"] == text_model.PROMPTS
     assert model.info["temperature"] == text_model.TEMPERATURE
     entry = next(b for b in BUILTINS if b.name == "sentiment-minilm")
@@ -83,7 +83,7 @@ def test_predict_probabilities_and_batching(model: TextModel) -> None:
 
 def test_predict_splits_long_batches(model: TextModel, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, ...]] = []
-    module = model.module
+    module = model.torch_module()
     real_forward = module.forward
 
     def counting(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
