@@ -205,10 +205,10 @@ def _integrated_gradients(
     CPU); gradients flow back to them through the move. float64 [n_features]"""
     from explainers.gradients import integrated_gradients
 
-    device = model.device
+    module, device = model.torch_module(), model.device
 
     def score(inp: Any) -> Any:  # [m, *shape] -> [m, 1], on the model's device
-        return target.torch(model.module(inp.to(device)).reshape(inp.shape[0], -1))[:, None]
+        return target.torch(module(inp.to(device)).reshape(inp.shape[0], -1))[:, None]
 
     x64 = np.asarray(x, dtype=np.float64)
     base = np.asarray(baseline, dtype=np.float64)[None]

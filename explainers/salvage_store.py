@@ -203,7 +203,7 @@ class SalvageStore:
                 return self._loaded[key]
         opts = salvage.SalvageTrainOptions(**info.config)
         state = self._weights(info)
-        surrogate = copy.deepcopy(model.module)
+        surrogate = copy.deepcopy(model.torch_module())
         surrogate.load_state_dict(state["surrogate"])
         surrogate.eval()
         explainer = salvage.ExplainerNet(

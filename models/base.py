@@ -81,21 +81,6 @@ class TreeEnsemble(Protocol):
         ...
 
 
-class FunctionModule(torch.nn.Module):
-    """A black box as a module: a numpy function of float32 rows [m, ...] -> float [m, k].
-
-    For models that another runtime evaluates (ONNX, boosters): no parameters, no gradients.
-    """
-
-    def __init__(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.fn(x.detach().numpy().astype(np.float32, copy=False))
-        return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
-
-
 @dataclass(frozen=True)
 class Model:
     """A loaded model: `predict` maps its native inputs (float32 [m, *input_shape]) to [m, k].
@@ -111,7 +96,8 @@ class Model:
     input_shape: tuple[int, ...]  # without the batch dimension
     feature_names: tuple[str, ...]
     output_names: tuple[str, ...]
-    module: torch.nn.Module  # eval mode; classifiers end in softmax (outputs are probabilities)
+    # eval mode; classifiers end in softmax (outputs are probabilities); None for black boxes
+    module: torch.nn.Module | None = None
     background: np.ndarray | None = None  # [rows, *input_shape] float32, the default background
     background_info: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 65536  # rows per forward pass; bounds memory

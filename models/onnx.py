@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from models.base import FunctionModule, ModelError
+from models.base import ModelError
 
 if TYPE_CHECKING:
     from models.declaration import Declaration
@@ -45,11 +45,11 @@ def _pick_output(session: object, wanted: str | None) -> str:
     return usable[0]
 
 
-def onnx_module(
+def onnx_predictor(
     data: bytes, decl: Declaration
-) -> tuple[torch.nn.Module, Callable[[np.ndarray], np.ndarray], str]:
-    """An onnxruntime session (CPU provider): (a module, the numpy function rows
-    [m, *input_shape] -> [m, k], and the input dtype the graph reads)."""
+) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """An onnxruntime session (CPU provider): (the numpy function rows [m, *input_shape] ->
+    [m, k], and the input dtype the graph reads). A black box: no torch module."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -109,4 +109,4 @@ def onnx_module(
         return np.asarray(out, dtype=np.float32).reshape(x.shape[0], -1)
 
     input_dtype = "float64" if dtype is np.float64 else "float32"
-    return FunctionModule(run), run, input_dtype
+    return run, input_dtype

@@ -18,7 +18,6 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from torch import nn
 
 from models.base import RankerModel
 from models.encoders import minilm_runner, minilm_version
@@ -68,7 +67,6 @@ def load_bm25(cache_dir: Path) -> RankerModel:
         input_shape=(),
         feature_names=(),
         output_names=("score",),
-        module=nn.Module(),
         score_lists=bm25_scores,
         mask_token=None,
         version=_config_version("bm25", config),

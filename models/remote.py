@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import torch
 
 from models.base import ModelError
 
@@ -38,8 +37,9 @@ def _detail(r: httpx.Response) -> str:
     return str(body)[:300]
 
 
-class RemoteModule(torch.nn.Module):
-    """Forwards rows to an Open Inference Protocol endpoint (a black box: no gradients).
+class RemoteClient:
+    """Forwards rows to an Open Inference Protocol endpoint: a black box's `predict_fn`
+    (float32 [m, *input_shape] -> float32 [m, k]; no torch module, no gradients).
 
     url: the model's OIP URL, `http://host:port/v2/models/<model>` (optionally
     `/versions/<v>`); output: the output to request by name (e.g. MLServer's `predict_proba`),
@@ -49,7 +49,6 @@ class RemoteModule(torch.nn.Module):
     def __init__(
         self, url: str, timeout_s: float, output: str | None = None, chunk_rows: int = CHUNK_ROWS
     ) -> None:
-        super().__init__()
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.output = output
@@ -61,7 +60,7 @@ class RemoteModule(torch.nn.Module):
         with self._lock:
             if self._client is None:
                 self._client = httpx.Client(timeout=self.timeout_s)
-                # A re-registered or deleted model drops its module: its sockets close with it.
+                # A re-registered or deleted model drops its client: its sockets close with it.
                 weakref.finalize(self, self._client.close)
             return self._client
 
@@ -80,11 +79,11 @@ class RemoteModule(torch.nn.Module):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
+        self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        rows = np.ascontiguousarray(x, dtype=np.float32)
         if rows.shape[0] == 0:
             raise RemoteModelError("no rows to send to the remote model")
         step = self.chunk_rows
@@ -92,7 +91,7 @@ class RemoteModule(torch.nn.Module):
         widths = {p.shape[1] for p in parts}
         if len(widths) != 1:
             raise RemoteModelError(f"remote model {self.url} changed its output width {widths}")
-        return torch.from_numpy(np.concatenate(parts))
+        return np.concatenate(parts)
 
     def _infer(self, rows: np.ndarray) -> np.ndarray:
         """One OIP request: float32 [m, *input_shape] -> float32 [m, k]."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from models.base import FunctionModule, ModelError
+from models.base import ModelError
 
 if TYPE_CHECKING:
     from models.declaration import Declaration
@@ -186,8 +186,9 @@ class LightGBMBooster(_Booster):
         return raw
 
 
-def booster_module(data: bytes, decl: Declaration) -> tuple[torch.nn.Module, _Booster]:
-    """The booster as a black-box module (its predictions) and as a tree ensemble."""
+def load_booster(data: bytes, decl: Declaration) -> _Booster:
+    """The booster checked against its declaration: a black box (`predict`) and a tree
+    ensemble (TreeSHAP), without a torch module."""
     booster: _Booster = (
         XGBoostBooster(data) if decl.format == "xgboost" else LightGBMBooster(data)
     )
@@ -209,4 +210,4 @@ def booster_module(data: bytes, decl: Declaration) -> tuple[torch.nn.Module, _Bo
             f"({'class probabilities' if task == 'classification' else 'the prediction'}); "
             f"output_names lists {len(decl.output_names)}"
         )
-    return FunctionModule(booster.predict), booster
+    return booster

@@ -18,10 +18,10 @@ import torch
 from models.base import Model
 from models.declaration import FORMATS, Declaration, InvalidModelError
 from models.device import place
-from models.remote import RemoteModule
+from models.remote import RemoteClient
 
 
-def _model(decl: Declaration, module: torch.nn.Module, version: str, **extra: Any) -> Model:
+def _model(decl: Declaration, module: torch.nn.Module | None, version: str, **extra: Any) -> Model:
     return Model(
         name=decl.name,
         modality=decl.modality,
@@ -40,12 +40,18 @@ def _model(decl: Declaration, module: torch.nn.Module, version: str, **extra: An
 
 def check_forward(model: Model) -> Model:
     """A forward pass on two rows inside the input range, on the model's device, must give
-    finite [2, k] outputs."""
+    finite [2, k] outputs (the module or the black box itself: predict would broadcast a
+    mismatch)."""
     low = 0.0 if model.input_range is None else model.input_range[0]
     try:
-        rows = torch.full((2, *model.input_shape), low, device=model.device)
-        with torch.no_grad():  # the module itself: predict would broadcast a mismatch
-            out = model.module(rows).cpu().numpy()
+        if model.predict_fn is not None:
+            out = np.asarray(
+                model.predict_fn(np.full((2, *model.input_shape), low, model.input_dtype))
+            )
+        else:
+            rows = torch.full((2, *model.input_shape), low, device=model.device)
+            with torch.no_grad():
+                out = model.torch_module()(rows).cpu().numpy()
     except Exception as exc:
         raise InvalidModelError(
             f"test forward pass on shape {[2, *model.input_shape]} failed: {exc}"
@@ -78,27 +84,24 @@ def _remote(decl: Declaration, version: str) -> Model:
     url = decl.remote_url or ""
     if not url.startswith(("http://", "https://")):
         raise InvalidModelError("remote_url must be an http(s) URL of an OIP model")
-    return _model(decl, RemoteModule(url, 30.0, decl.remote_output), version, differentiable=False)
+    return _model(decl, None, version, predict_fn=RemoteClient(url, 30.0, decl.remote_output))
 
 
 def _onnx(decl: Declaration, data: bytes, version: str) -> Model:
-    from models.onnx import onnx_module
+    from models.onnx import onnx_predictor
 
-    module, run, dtype = onnx_module(data, decl)
-    return _model(
-        decl, module, version, differentiable=False, predict_fn=run, input_dtype=dtype
-    )
+    run, dtype = onnx_predictor(data, decl)
+    return _model(decl, None, version, predict_fn=run, input_dtype=dtype)
 
 
 def _booster(decl: Declaration, data: bytes, version: str) -> Model:
-    from models.trees import booster_module
+    from models.trees import load_booster
 
-    module, tree = booster_module(data, decl)
+    tree = load_booster(data, decl)
     return _model(
         decl,
-        module,
+        None,
         version,
-        differentiable=False,
         tree=tree,
         predict_fn=tree.predict,
         input_dtype="float64",  # boosters split on float64 thresholds

@@ -47,6 +47,12 @@ def validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
     model = svc.model(body.model)
     if model.modality != "tabular":
         raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
+    if not model.differentiable:
+        raise Unprocessable(
+            f"model {model.name!r} is a black box ({model.platform}): a learned baseline needs "
+            "input gradients",
+            code="not_differentiable",
+        )
     try:
         options = LearnBaselineOptions(**body.parameters)
     except ValidationError as exc:
@@ -88,7 +94,7 @@ def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
     else:
         target = np.zeros(len(x), dtype=np.int64)
     learned = learn_baseline(
-        model.module,
+        model.torch_module(),
         x.reshape(len(x), -1),
         target,
         data.reshape(len(data), -1),
@@ -106,7 +112,7 @@ def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
         with torch.no_grad():
             return float(
                 low_order_objective(
-                    model.module,
+                    model.torch_module(),
                     torch.as_tensor(x.reshape(len(x), -1)),
                     torch.as_tensor(target),
                     torch.as_tensor(b, dtype=torch.float32),
@@ -153,9 +159,9 @@ def validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
     model = svc.model(body.model)
     if model.modality != "image" or model.task != "classification":
         raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
-    if next(model.module.parameters(), None) is None:
+    if not model.differentiable or next(model.torch_module().parameters(), None) is None:
         raise ApiError(
-            f"model {model.name!r} has no trainable torch weights to fine-tune (remote model?)",
+            f"model {model.name!r} has no trainable torch weights to fine-tune (a black box?)",
             code="not_differentiable",
         )
     try:

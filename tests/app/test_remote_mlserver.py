@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
-from models.remote import RemoteModelError, RemoteModule
+from models.remote import RemoteClient, RemoteModelError
 from tests.peers_mlserver import MLServerPeer, PeerModel, mlserver_peer
 
 pytestmark = pytest.mark.slow
@@ -179,19 +178,19 @@ def test_bad_mlserver_registrations_say_why(client: TestClient, peer: MLServerPe
 
 def test_many_rows_in_chunks_from_many_threads(peer: MLServerPeer) -> None:
     m = peer.models["mls-cancer"]
-    module = RemoteModule(peer.model_url(m.name), 30.0, "predict_proba", chunk_rows=4096)
+    client = RemoteClient(peer.model_url(m.name), 30.0, "predict_proba", chunk_rows=4096)
     rows = np.repeat(m.x, 18, axis=0)  # 10242 rows: three requests
     expected = m.local(rows)
     try:
         with ThreadPoolExecutor(4) as pool:
-            outs = list(pool.map(lambda _: module(torch.from_numpy(rows)).numpy(), range(4)))
+            outs = list(pool.map(lambda _: client(rows), range(4)))
     finally:
-        module.close()
+        client.close()
     for out in outs:
         assert out.shape == (len(rows), 2) and out.dtype == np.float32
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
     # INT64 labels (predict without a requested output) come back as float32 too.
-    labels = RemoteModule(peer.model_url(m.name), 30.0)(torch.from_numpy(rows[:5])).numpy()
+    labels = RemoteClient(peer.model_url(m.name), 30.0)(rows[:5])
     np.testing.assert_array_equal(labels[:, 0], m.estimator.predict(rows[:5]))  # type: ignore[attr-defined]
     with pytest.raises(RemoteModelError, match="only supports"):
-        RemoteModule(peer.model_url(m.name), 30.0, "bogus")(torch.zeros((2, 6)))
+        RemoteClient(peer.model_url(m.name), 30.0, "bogus")(np.zeros((2, 6), np.float32))

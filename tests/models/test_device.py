@@ -18,7 +18,7 @@ from app.settings import Settings
 from explainers import gradients, uni
 from explainers.learned_baseline import low_order_objective
 from models import Model, ModelRegistry
-from models.base import FunctionModule, module_device, rows_for_memory
+from models.base import rows_for_memory
 from models.declaration import Declaration
 from models.device import DeviceError, place, resolve_device
 from models.user import register
@@ -109,7 +109,6 @@ def test_cpu_registry_matches_the_default(model_dir: Path, spec: str) -> None:
 
 def test_black_boxes_stay_where_they_compute() -> None:
     """Models another runtime evaluates keep their object; info says where they run."""
-    fn = FunctionModule(lambda rows: rows.sum(axis=1, keepdims=True))
     box = Model(
         name="box",
         modality="tabular",
@@ -117,13 +116,11 @@ def test_black_boxes_stay_where_they_compute() -> None:
         input_shape=(3,),
         feature_names=("a", "b", "c"),
         output_names=("y",),
-        module=fn,
-        differentiable=False,
         predict_fn=lambda rows: rows.sum(axis=1, keepdims=True),
         version="v1",
     )
     assert place(box, torch.device("cpu")) is box and box.info["device"] == "cpu"
-    assert box.device == torch.device("cpu") and module_device(fn) == torch.device("cpu")
+    assert box.device == torch.device("cpu") and box.module is None and not box.differentiable
     np.testing.assert_allclose(box.predict(np.ones((4, 3))), np.full((4, 1), 3.0))
 
 
