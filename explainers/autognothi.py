@@ -11,10 +11,6 @@ database every process shares, never used for another model version.
 
 from __future__ import annotations
 
-import io
-import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,7 +30,7 @@ from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games.text import text_games, word_spans
 from explainers.options import ExplainerOptions
-from explainers.salvage_store import ArtifactInfo, SalvageStore
+from explainers.salvage_store import ArtifactInfo, ArtifactStore
 from models.base import Model, TextModel
 
 VERSION = "1"
@@ -44,64 +40,32 @@ EMPTY_CACHE = 4096  # remembered v(empty) strings per artifact
 CHUNK = 16  # texts per encoder pass: 16 x 7 levels x 256 tokens x 384 floats = 44 MB at most
 
 
-class AutoGnothiStore(SalvageStore):
+class AutoGnothiStore(ArtifactStore[Trained]):
     """AutoGnothi artifacts: Salvage's store (database, local cache, atomic folders) with the
     side network's state dict as the weights."""
 
     kind: ClassVar[str] = KIND
-    _nets: ClassVar[OrderedDict[tuple[str, float], Trained]] = OrderedDict()
-    _net_lock: ClassVar[threading.Lock] = threading.Lock()
+    label: ClassVar[str] = "AutoGnothi"
 
-    def save(self, model: Model, trained: Trained) -> ArtifactInfo:  # type: ignore[override]
-        """Store a trained side network for `model`'s current version; returns its record."""
+    def _state(self, trained: Trained) -> dict[str, Any]:
         net = trained.net
-        info = ArtifactInfo(
-            trained.id,
-            model.name,
-            model.version,
-            trained.options.model_dump(mode="json"),
-            trained.metrics,
-            trained.history,
-            time.time(),
-            trained.data_id,
-        )
-        shape = torch.tensor([net.levels, net.dim, net.n_classes])
-        buf = io.BytesIO()
-        torch.save({"net": net.state_dict(), "shape": shape}, buf)
-        meta = dict(info.__dict__)
-        if self.db is not None:
-            blob = buf.getvalue()
-            self.db.put_artifact(self.kind, model.name, model.version, info.id, meta, blob)
-        self._write_local(meta, buf.getvalue())
-        return info
+        return {
+            "net": net.state_dict(),
+            "shape": torch.tensor([net.levels, net.dim, net.n_classes]),
+        }
 
-    def load(self, model: Model, artifact: str) -> Trained:  # type: ignore[override]
-        """The side network of an artifact (kept in a small in-process LRU)."""
-        info = self.info(model.name, model.version, artifact)
-        if info is None:
-            raise NotTrainedError(f"no AutoGnothi artifact {artifact!r} for {model.name}")
-        key = (str(self._dir(model.name, model.version, artifact)), info.created_at)
-        with self._net_lock:
-            if key in self._nets:
-                self._nets.move_to_end(key)
-                return self._nets[key]
+    def _build(self, model: Model, info: ArtifactInfo, state: dict[str, Any]) -> Trained:
         opts = AutoGnothiTrainOptions(**info.config)
-        state = self._weights(info)
         levels, dim, n_classes = (int(v) for v in state["shape"])
         net = SideNet(levels, dim, n_classes, opts.width, opts.heads)
         net.load_state_dict(state["net"])
         net.eval()
-        trained = Trained(net, opts, info.metrics, info.history, info.data_id)
-        with self._net_lock:
-            self._nets[key] = trained
-            while len(self._nets) > self.max_loaded:
-                self._nets.popitem(last=False)
-        return trained
+        return Trained(net, opts, info.metrics, info.history, info.data_id)
 
 
 def store_of(artifacts: Artifacts) -> AutoGnothiStore:
     """The AutoGnothi artifacts of a run context's artifact store (`root/autognothi/`)."""
-    return AutoGnothiStore(artifacts.folder(KIND), artifacts.db)
+    return AutoGnothiStore.within(artifacts)
 
 
 class AutoGnothiOptions(ExplainerOptions):
@@ -229,10 +193,7 @@ def explain(
         raise OptionError("autognothi explains text classifiers")
     if target is not None and not 0 <= target < model.n_outputs:
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
-    artifacts = (context or RunContext()).need_artifacts(KIND)
-    if options.artifact is None:
-        raise NotTrainedError("autognothi options are not bound to a trained artifact")
-    trained = store_of(artifacts).load(model, options.artifact)
+    trained = AutoGnothiStore.load_pinned(model, options.artifact, context)
     texts = [str(x) for x in inputs]
     games = text_games(model, texts)  # OptionError for a text without words
     out = amortized(model, trained, texts)

@@ -21,11 +21,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar, cast
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from explainers import salvage, salvage_inference
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
@@ -63,31 +63,72 @@ def _info(raw: dict[str, Any]) -> ArtifactInfo:
     return ArtifactInfo(**{**raw, "history": tuple(raw["history"])})
 
 
-class SalvageStore:
-    """Artifacts in `db` (shared by every process) cached under `root`, or under `root` alone;
-    folder writes are atomic (a folder rename)."""
+class Trainable(Protocol):
+    """What a store records of a trained artifact (Salvage's and AutoGnothi's `Trained`)."""
 
-    # Loaded networks, shared by every store in the process (artifacts never change in place).
-    _loaded: ClassVar[OrderedDict[tuple[str, float], salvage.Trained]] = OrderedDict()
+    @property
+    def id(self) -> str: ...
+    @property
+    def options(self) -> BaseModel: ...
+    @property
+    def metrics(self) -> dict[str, Any]: ...
+    @property
+    def history(self) -> tuple[dict[str, Any], ...]: ...
+    @property
+    def data_id(self) -> str: ...
+
+
+T = TypeVar("T", bound=Trainable)
+
+
+class ArtifactStore(Generic[T]):
+    """Trained artifacts of one kind in `db` (shared by every process) cached under `root`, or
+    under `root` alone; folder writes are atomic (a folder rename). A subclass says how its
+    networks become state dicts (`_state`) and back (`_build`)."""
+
+    # Loaded networks of a subclass, shared by its stores in the process (artifacts never change
+    # in place); each subclass has its own (`__init_subclass__`).
+    _loaded: ClassVar[OrderedDict[tuple[str, float], Any]] = OrderedDict()
     _lock: ClassVar[threading.Lock] = threading.Lock()
     max_loaded = 8
 
-    kind: ClassVar[str] = KIND  # the artifact kind in the model store (a subclass: its own)
+    kind: ClassVar[str]  # the artifact kind in the model store
+    label: ClassVar[str]  # the method's name in messages
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._loaded = OrderedDict()
 
     def __init__(self, root: Path, db: ModelStore | None = None) -> None:
         self.root = root
         self.db = db
 
     @classmethod
-    def within(cls, artifacts: Artifacts) -> SalvageStore:
-        """The Salvage artifacts of a run context's artifact store (`root/salvage/`)."""
+    def within(cls, artifacts: Artifacts) -> Self:
+        """The artifacts of this kind in a run context's artifact store (`root/<kind>/`)."""
         return cls(artifacts.folder(cls.kind), artifacts.db)
+
+    @classmethod
+    def load_pinned(cls, model: Model, artifact: str | None, context: RunContext | None) -> T:
+        """The trained artifact that pinned options name, from `context`'s store."""
+        artifacts = (context or RunContext()).need_artifacts(cls.kind)
+        if artifact is None:
+            raise NotTrainedError(f"{cls.kind} options are not bound to a trained artifact")
+        return cls.within(artifacts).load(model, artifact)
+
+    def _state(self, trained: T) -> dict[str, Any]:
+        """The tensors `weights.pt` holds (CPU tensors: an artifact loads on any device)."""
+        raise NotImplementedError
+
+    def _build(self, model: Model, info: ArtifactInfo, state: dict[str, Any]) -> T:
+        """The trained networks of a record and its `weights.pt`."""
+        raise NotImplementedError
 
     def _dir(self, model: str, version: str, artifact: str = "") -> Path:
         path = self.root / _safe(model) / _safe(version)
         return path / _safe(artifact) if artifact else path
 
-    def save(self, model: Model, trained: salvage.Trained) -> ArtifactInfo:
+    def save(self, model: Model, trained: T) -> ArtifactInfo:
         """Store a trained artifact for `model`'s current version; returns its record."""
         info = ArtifactInfo(
             trained.id,
@@ -99,13 +140,8 @@ class SalvageStore:
             time.time(),
             trained.data_id,
         )
-        state = {  # CPU tensors: an artifact loads on any device
-            "surrogate": {k: v.cpu() for k, v in trained.surrogate.state_dict().items()},
-            "explainer": {k: v.cpu() for k, v in trained.explainer.state_dict().items()},
-            "empty_logp": torch.from_numpy(trained.empty_logp),
-        }
         buf = io.BytesIO()
-        torch.save(state, buf)
+        torch.save(self._state(trained), buf)
         meta = dict(info.__dict__)
         if self.db is not None:
             blob = buf.getvalue()
@@ -186,23 +222,44 @@ class SalvageStore:
                 # A missing or damaged cache file: read the database again.
         found = self.db.get_artifact(self.kind, info.model_name, info.model_version, info.id)
         if found is None:
-            raise NotTrainedError(f"no Salvage artifact {info.id!r} for {info.model_name}")
+            raise NotTrainedError(f"no {self.label} artifact {info.id!r} for {info.model_name}")
         meta, data = found
         self._write_local(meta, data)
         return dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
 
-    def load(self, model: Model, artifact: str) -> salvage.Trained:
+    def load(self, model: Model, artifact: str) -> T:
         """The trained networks of an artifact (kept in a small in-process LRU)."""
         info = self.info(model.name, model.version, artifact)
         if info is None:
-            raise NotTrainedError(f"no Salvage artifact {artifact!r} for {model.name}")
+            raise NotTrainedError(f"no {self.label} artifact {artifact!r} for {model.name}")
         key = (str(self._dir(model.name, model.version, artifact)), info.created_at)
         with self._lock:
             if key in self._loaded:
                 self._loaded.move_to_end(key)
-                return self._loaded[key]
+                return cast(T, self._loaded[key])
+        trained = self._build(model, info, self._weights(info))
+        with self._lock:
+            self._loaded[key] = trained
+            while len(self._loaded) > self.max_loaded:
+                self._loaded.popitem(last=False)
+        return trained
+
+
+class SalvageStore(ArtifactStore[salvage.Trained]):
+    """Salvage artifacts: the surrogate's and the explainer's state dicts and log g(0)."""
+
+    kind: ClassVar[str] = KIND
+    label: ClassVar[str] = "Salvage"
+
+    def _state(self, trained: salvage.Trained) -> dict[str, Any]:
+        return {
+            "surrogate": {k: v.cpu() for k, v in trained.surrogate.state_dict().items()},
+            "explainer": {k: v.cpu() for k, v in trained.explainer.state_dict().items()},
+            "empty_logp": torch.from_numpy(trained.empty_logp),
+        }
+
+    def _build(self, model: Model, info: ArtifactInfo, state: dict[str, Any]) -> salvage.Trained:
         opts = salvage.SalvageTrainOptions(**info.config)
-        state = self._weights(info)
         surrogate = copy.deepcopy(model.torch_module())
         surrogate.load_state_dict(state["surrogate"])
         surrogate.eval()
@@ -212,7 +269,7 @@ class SalvageStore:
         explainer.load_state_dict(state["explainer"])
         explainer.to(model.device).eval()  # beside the surrogate (a copy of the model's module)
         groups, _ = patch_groups(model.input_shape, opts.patch_size)
-        trained = salvage.Trained(
+        return salvage.Trained(
             surrogate,
             explainer,
             groups,
@@ -222,15 +279,11 @@ class SalvageStore:
             info.history,
             info.data_id,
         )
-        with self._lock:
-            self._loaded[key] = trained
-            while len(self._loaded) > self.max_loaded:
-                self._loaded.popitem(last=False)
-        return trained
 
 
 class SalvageOptions(ExplainerOptions):
     """Options of the `salvage` explainer: which trained artifact answers."""
+
     artifact: str | None = Field(
         None,
         max_length=64,
@@ -243,6 +296,7 @@ class SalvageOptions(ExplainerOptions):
     sampler: Literal["informed", "kernel", "uniform"] | None = Field(
         None, description="pick the newest artifact trained with this sampler"
     )
+
     def pinned(self, store: SalvageStore, model: Model) -> SalvageOptions:
         """These options bound to the artifact they select (raises NotTrainedError)."""
         candidates = [
@@ -291,10 +345,7 @@ def explain(
     del seed, budget  # deterministic, and the cost is fixed
     if background is not None:
         raise OptionError("salvage takes no background: absent patches are zeroed")
-    artifacts = (context or RunContext()).need_artifacts("salvage")
-    if options.artifact is None:
-        raise NotTrainedError("salvage options are not bound to a trained artifact")
-    trained = SalvageStore.within(artifacts).load(model, options.artifact)
+    trained = SalvageStore.load_pinned(model, options.artifact, context)
     out = salvage_inference.amortized(trained, inputs)
     if target is not None and not 0 <= target < model.n_outputs:
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
@@ -327,4 +378,12 @@ def explain(
     return ExplainResult(tuple(explanations), tuple(names), echo, 1, True)
 
 
-__all__ = ["PIN", "NotTrainedError", "SalvageOptions", "SalvageStore", "explain"]
+__all__ = [
+    "PIN",
+    "ArtifactInfo",
+    "ArtifactStore",
+    "NotTrainedError",
+    "SalvageOptions",
+    "SalvageStore",
+    "explain",
+]

@@ -73,7 +73,7 @@ def test_values_add_up_and_use_shapleys_players(
         if a.output_index == 1:  # two classes: the other class's values are the negatives
             np.testing.assert_allclose(b.values, -a.values, rtol=1e-5, atol=1e-6)
     # A second store over the same folder loads the same network from disk.
-    autognothi.AutoGnothiStore._nets.clear()
+    autognothi.AutoGnothiStore._loaded.clear()
     loaded = autognothi.AutoGnothiStore(store.root).load(text_model, tiny.id)
     assert loaded is not tiny
     for x, y in zip(
