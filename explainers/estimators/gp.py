@@ -16,6 +16,10 @@ max(PILOT_ROWS, 2n) rows; s^2 is the likelihood's on all rows, raised to the lea
 estimate where larger, over m - n degrees of freedom, times Student's t over the normal
 quantile, and raised again where two fits on complementary halves of the drawn pairs differ by
 more than it allows (the prior's own variance can be wrong; calibration: docs/benchmarks.md).
+What neither sees is the prior's misfit, a bias (on sentiment-minilm words the likelihood takes
+the largest nugget and smooths over word interactions): from CHECK_FROM * n coalitions, an
+output whose posterior mean differs from KernelSHAP's on the same rows by more than MISFIT times
+KernelSHAP's jackknife variance (mean over players) answers KernelSHAP's values and error.
 
 Coalitions: exactly KernelSHAP's plan (kernel.Planner: small sizes enumerated, the rest in
 complement pairs, same seed, rounds and budget accounting); v(full) is fitted without nugget,
@@ -46,6 +50,8 @@ NUGGETS = (1e-6, 1e-4, 1e-3, 1e-2)  # unexplained variance, relative to the kern
 PILOT_ROWS = 256  # rows (at least 2n) of the marginal-likelihood choice of the prior
 MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n + 2048) ...
 MAX_PLAYERS = 512  # ... and players
+CHECK_FROM = 4  # from this many coalitions per player, the check against KernelSHAP ...
+MISFIT = 2.0  # ... answers KernelSHAP where the mean squared gap exceeds this times its variance
 
 __all__ = ["MAX_PLAYERS", "MAX_ROWS", "Prior", "gp", "min_coalitions", "posterior", "rounds"]
 
@@ -262,4 +268,15 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
     pairs = plan.draws.reshape(-1, 2)
     half[pairs] = (np.arange(len(pairs)) % 2)[:, None]  # draws alternate: i.i.d. halves
     with kernel._blas().limit(limits=1, user_api="blas"):
-        return posterior(plan.masks[1:], y[1:], total, half[1:])
+        phi, std = posterior(plan.masks[1:], y[1:], total, half[1:])
+        if len(plan.masks) < CHECK_FROM * plan.masks.shape[1]:
+            return phi, std
+        # The prior's misfit is a bias that neither the posterior variance nor the halves see:
+        # KernelSHAP on the same rows is consistent, so where the two differ by more than
+        # KernelSHAP's own (jackknife) error allows, the prior misses part of the game; that
+        # output gets KernelSHAP's answer and error.
+        phi_k, std_k = kernel._fit(plan, y, total)
+    assert std_k is not None  # sampled, not exact
+    misfit = ((phi - phi_k) ** 2).mean(axis=0) > MISFIT * (std_k**2).mean(axis=0)  # [k]
+    phi[:, misfit], std[:, misfit] = phi_k[:, misfit], std_k[:, misfit]
+    return phi, std

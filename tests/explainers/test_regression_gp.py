@@ -141,3 +141,38 @@ def test_null_players_get_values_near_zero() -> None:
         err_k.append(np.sqrt(np.mean((k.values - truth) ** 2)))
         assert np.abs(g.values[live:]).max() < 0.2 * np.abs(truth[:live]).max()
     assert np.mean(err_g) < np.mean(err_k)
+
+
+def test_misfit_output_answers_kernelshap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From CHECK_FROM * n coalitions, an output whose posterior differs from KernelSHAP on the
+    same rows by more than KernelSHAP's own error allows (the prior misses the game: here a
+    sine of a weighted count, strong interactions of every order) gets KernelSHAP's values and
+    error_std, more accurate there; a smooth output beside it keeps the posterior."""
+    n = 10
+    w = np.random.default_rng(0).uniform(0.5, 1.5, n)
+
+    def game(masks: np.ndarray) -> np.ndarray:
+        z = masks.astype(np.float64)
+        smooth = 1 / (1 + np.exp(-4 * (z @ w / w.sum() - 0.5)))
+        return np.stack([np.sin(3 * z @ w), smooth], axis=1)
+
+    truth = shapley_values(game, n, estimator="exact").values
+    rmse: dict[str, list[np.ndarray]] = {"gp": [], "kernel": [], "unchecked": []}
+    for seed in range(4):
+        g = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
+        k = shapley_values(game, n, estimator="kernel", budget=64 * n, seed=seed)
+        assert g.error_std is not None and k.error_std is not None
+        np.testing.assert_array_equal(g.values[:, 0], k.values[:, 0])
+        np.testing.assert_array_equal(g.error_std[:, 0], k.error_std[:, 0])
+        assert not np.allclose(g.values[:, 1], k.values[:, 1])
+        with monkeypatch.context() as patch:
+            patch.setattr(gp, "MISFIT", np.inf)
+            raw = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed).values
+            below = shapley_values(game, n, estimator="gp", budget=3 * n, seed=seed).values
+        patch_free = shapley_values(game, n, estimator="gp", budget=3 * n, seed=seed).values
+        np.testing.assert_array_equal(below, patch_free)  # below CHECK_FROM * n: no check
+        for name, values in (("gp", g.values), ("kernel", k.values), ("unchecked", raw)):
+            rmse[name].append(np.sqrt(np.mean((values - truth) ** 2, axis=0)))
+    mean = {name: np.mean(v, axis=0) for name, v in rmse.items()}
+    assert mean["gp"][0] < 0.5 * mean["unchecked"][0]  # the check: 0.036 against 0.100
+    assert mean["gp"][1] < 0.6 * mean["kernel"][1]  # the smooth output's posterior: 0.37x
