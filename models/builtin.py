@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +24,8 @@ from models.base import Model, UnknownModelError
 from models.datasets import Split, split_dataset
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=nn.Module)  # a trained network
 
 SEED = 0
 TEST_FRACTION = 0.25
@@ -48,8 +50,13 @@ class TrainConfig:
 
     def digest(self) -> str:
         """Short content hash of the config."""
-        text = json.dumps(asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return config_digest(self)
+
+
+def config_digest(cfg: Any) -> str:
+    """Short content hash of a training config (a dataclass): names its cache files."""
+    text = json.dumps(asdict(cfg), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class Affine(nn.Module):
@@ -253,27 +260,47 @@ def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 def _train(spec: _Spec, split: Split) -> tuple[nn.Sequential, dict[str, Any]]:
     """Seeded build and fit; the caller's global torch RNG state is left untouched."""
-    start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.config.seed)
+
+    def fit() -> nn.Sequential:
         module = spec.build(spec.config)
         spec.fit(module, split, spec.config)
+        return module
+
+    return seeded_training(
+        spec.config.seed, spec.config.epochs, split, fit, lambda m: _metrics(m, split, spec.task)
+    )
+
+
+def seeded_training(
+    seed: int,
+    epochs: int,
+    split: Split,
+    fit: Callable[[], M],
+    metrics: Callable[[M], dict[str, float]],
+) -> tuple[M, dict[str, Any]]:
+    """`fit()` (build and train) under `seed` with the caller's global torch RNG state left
+    untouched; the module in eval mode and its metrics with the run's size, time and torch."""
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = fit()
     module.eval()
-    metrics: dict[str, Any] = _metrics(module, split, spec.task)
-    metrics.update(
+    out: dict[str, Any] = metrics(module)
+    out.update(
         train_rows=len(split.x_train),
         test_rows=len(split.x_test),
-        epochs=spec.config.epochs,
+        epochs=epochs,
         train_seconds=round(time.perf_counter() - start, 3),
         torch=torch.__version__,
     )
-    return module, metrics
+    return module, out
 
 
 def _read_cache(
-    spec: _Spec, weights: Path, meta: Path
-) -> tuple[nn.Sequential, dict[str, Any]] | None:
-    """The cached module (built, loaded, eval mode) and training metrics, or None to (re)train.
+    name: str, build: Callable[[], M], weights: Path, meta: Path
+) -> tuple[M, dict[str, Any]] | None:
+    """The cached module (`build()`, loaded, eval mode) and training metrics, or None to
+    (re)train.
 
     None when either file is missing. A file that cannot be read or parsed, or weights that do
     not fit the model's architecture, count as corrupt: a warning names the file, both files
@@ -291,7 +318,7 @@ def _read_cache(
         if not isinstance(state, dict):
             raise ValueError(f"expected a state_dict, got {type(state).__name__}")
         with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the caller's RNG
-            module = spec.build(spec.config)
+            module = build()
         module.load_state_dict(state)  # strict: missing, unexpected or misshapen tensors raise
         if not all(torch.isfinite(t).all() for t in module.state_dict().values()):
             raise ValueError("non-finite values in the weights")
@@ -304,34 +331,64 @@ def _read_cache(
         "corrupt model cache file %s (%s); deleting it and rebuilding %s",
         bad,
         reason[:500],
-        spec.config.name,
+        name,
     )
     weights.unlink(missing_ok=True)
     meta.unlink(missing_ok=True)
     return None
 
 
+def cached_training(
+    cache_dir: Path,
+    name: str,
+    digest: str,
+    build: Callable[[], M],
+    train: Callable[[], tuple[M, dict[str, Any]]],
+) -> tuple[M, dict[str, Any]]:
+    """The module of `cache_dir/<name>-<digest>.pt` (its metrics: the `.json`), trained by `train()`
+    and cached at first load, or again when the cache is corrupt; one process trains, the
+    others wait on the file lock."""
+    stem = f"{name}-{digest}"
+    weights, meta = cache_dir / f"{stem}.pt", cache_dir / f"{stem}.json"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(cache_dir / f"{stem}.lock"):
+        cached = _read_cache(name, build, weights, meta)
+        if cached is None:
+            trained, metrics = train()
+            _atomic_write(meta, lambda p: p.write_text(json.dumps(metrics, indent=2)))
+            _atomic_write(weights, lambda p: torch.save(trained.state_dict(), p))
+            cached = _read_cache(name, build, weights, meta)
+            if cached is None:
+                raise RuntimeError(f"model cache {weights} is unreadable right after training")
+    return cached
+
+
+def training_background(split: Split, seed: int) -> dict[str, Any]:
+    """`Model`'s background and background_info: rows of the training split."""
+    rows = np.random.default_rng(seed).choice(len(split.x_train), BACKGROUND_ROWS, replace=False)
+    return {
+        "background": np.ascontiguousarray(split.x_train[rows]),
+        "background_info": {
+            "rows": BACKGROUND_ROWS,
+            "source": "training split",
+            "seed": seed,
+            "description": f"{BACKGROUND_ROWS} rows drawn without replacement from the "
+            "training split",
+        },
+    }
+
+
 def load_builtin(name: str, cache_dir: Path) -> Model:
     """Load a built-in model from `cache_dir`, training and caching it first if needed."""
     spec = _spec(name)
     cfg = spec.config
-    stem = f"{cfg.name}-{cfg.digest()}"
-    weights, meta = cache_dir / f"{stem}.pt", cache_dir / f"{stem}.json"
     split = dataset_split(name)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(cache_dir / f"{stem}.lock"):
-        cached = _read_cache(spec, weights, meta)
-        if cached is None:
-            trained, metrics = _train(spec, split)
-            _atomic_write(meta, lambda p: p.write_text(json.dumps(metrics, indent=2)))
-            _atomic_write(weights, lambda p: torch.save(trained.state_dict(), p))
-            cached = _read_cache(spec, weights, meta)
-            if cached is None:
-                raise RuntimeError(f"model cache {weights} is unreadable right after training")
-        module, metrics = cached
-
-    rows = np.random.default_rng(cfg.seed).choice(
-        len(split.x_train), BACKGROUND_ROWS, replace=False
+    module, metrics = cached_training(
+        cache_dir,
+        cfg.name,
+        cfg.digest(),
+        lambda: spec.build(cfg),
+        lambda: _train(spec, split),
     )
     return Model(
         name=cfg.name,
@@ -341,14 +398,7 @@ def load_builtin(name: str, cache_dir: Path) -> Model:
         feature_names=split.feature_names,
         output_names=spec.output_names,
         module=module,
-        background=np.ascontiguousarray(split.x_train[rows]),
-        background_info={
-            "rows": BACKGROUND_ROWS,
-            "source": "training split",
-            "seed": cfg.seed,
-            "description": f"{BACKGROUND_ROWS} rows drawn without replacement from the "
-            "training split",
-        },
+        **training_background(split, cfg.seed),
         batch_size=spec.batch_size,
         reference=split.x_train,
         input_range=(0.0, 1.0) if spec.modality == "image" else None,

@@ -17,12 +17,6 @@ on it; `own_subset` reads the selector.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-import os
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,19 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from filelock import FileLock
 from torch import nn
 
 from models.base import Model, ModelError
+from models.builtin import cached_training, config_digest, seeded_training, training_background
 from models.datasets import Split, split_dataset
-
-log = logging.getLogger(__name__)
 
 NAME = "digits-sst"
 PATCH = 2  # side of a player's square patch, as sufficient-subset's default patch_size
 GRID = 4  # 8x8 pixels / 2x2 patches: 4x4 players
 N_PLAYERS = GRID * GRID
-BACKGROUND_ROWS = 100
 _CODE_VERSION = 1  # bump when the training code changes what a config produces
 
 
@@ -63,8 +54,7 @@ class SSTConfig:
 
     def digest(self) -> str:
         """Short content hash of the config."""
-        text = json.dumps(asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return config_digest(self)
 
 
 def _trunk(out: int) -> nn.Sequential:
@@ -174,56 +164,13 @@ def _metrics(net: SSTNet, split: Split) -> dict[str, float]:
 
 def train_sst(cfg: SSTConfig, split: Split) -> tuple[SSTNet, dict[str, Any]]:
     """Seeded build and fit; the caller's global torch RNG state is left untouched."""
-    start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
+
+    def fit() -> SSTNet:
         net = SSTNet(cfg.selector_bias)
         _fit(net, split, cfg)
-    metrics: dict[str, Any] = _metrics(net, split)
-    metrics.update(
-        train_rows=len(split.x_train),
-        test_rows=len(split.x_test),
-        epochs=cfg.epochs,
-        train_seconds=round(time.perf_counter() - start, 3),
-        torch=torch.__version__,
-    )
-    return net, metrics
+        return net
 
-
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Write via a temporary file and rename, so readers never see a partial file."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _read_cache(weights: Path, meta: Path) -> tuple[SSTNet, dict[str, Any]] | None:
-    """The cached network (eval mode) and its training metrics; None to (re)train. A file that
-    cannot be read, or weights that do not fit, are deleted with a warning. Call under the lock."""
-    if not (weights.exists() and meta.exists()):
-        return None
-    try:
-        metrics = json.loads(meta.read_text())
-        if not isinstance(metrics, dict):
-            raise ValueError(f"expected a JSON object, got {type(metrics).__name__}")
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict):
-            raise ValueError(f"expected a state_dict, got {type(state).__name__}")
-        with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the caller's RNG
-            net = SSTNet()
-        net.load_state_dict(state)  # strict: missing, unexpected or misshapen tensors raise
-        if not all(torch.isfinite(t).all() for t in net.state_dict().values()):
-            raise ValueError("non-finite values in the weights")
-    except Exception as exc:  # any failure to read the cache means: rebuild it
-        log.warning("corrupt model cache %s (%s); rebuilding %s", weights, str(exc)[:500], NAME)
-        weights.unlink(missing_ok=True)
-        meta.unlink(missing_ok=True)
-        return None
-    net.eval()
-    return net, metrics
+    return seeded_training(cfg.seed, cfg.epochs, split, fit, lambda net: _metrics(net, split))
 
 
 def cache_paths(cache_dir: Path, cfg: SSTConfig | None = None) -> tuple[Path, Path]:
@@ -238,20 +185,8 @@ def load_digits_sst(cache_dir: Path, cfg: SSTConfig | None = None) -> Model:
     first load and cached in cache_dir."""
     cfg = cfg or SSTConfig()
     split = split_dataset(cfg.dataset, cfg.seed, cfg.test_fraction)
-    weights, meta = cache_paths(cache_dir, cfg)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(weights.with_suffix(".lock")):
-        cached = _read_cache(weights, meta)
-        if cached is None:
-            trained, metrics = train_sst(cfg, split)
-            _atomic_write(meta, lambda p: p.write_text(json.dumps(metrics, indent=2)))
-            _atomic_write(weights, lambda p: torch.save(trained.state_dict(), p))
-            cached = _read_cache(weights, meta)
-            if cached is None:
-                raise RuntimeError(f"model cache {weights} is unreadable right after training")
-    net, metrics = cached
-    rows = np.random.default_rng(cfg.seed).choice(
-        len(split.x_train), BACKGROUND_ROWS, replace=False
+    net, metrics = cached_training(
+        cache_dir, cfg.name, cfg.digest(), SSTNet, lambda: train_sst(cfg, split)
     )
     return Model(
         name=cfg.name,
@@ -261,14 +196,7 @@ def load_digits_sst(cache_dir: Path, cfg: SSTConfig | None = None) -> Model:
         feature_names=split.feature_names,
         output_names=tuple(str(d) for d in range(10)),
         module=net,
-        background=np.ascontiguousarray(split.x_train[rows]),
-        background_info={
-            "rows": BACKGROUND_ROWS,
-            "source": "training split",
-            "seed": cfg.seed,
-            "description": f"{BACKGROUND_ROWS} rows drawn without replacement from the "
-            "training split",
-        },
+        **training_background(split, cfg.seed),
         batch_size=16384,
         reference=split.x_train,
         input_range=(0.0, 1.0),
