@@ -28,33 +28,41 @@ class JobKind:
     training: bool = False  # needs the 'admin' scope; runs as one task
 
 
+def _training(
+    name: str,
+    validate: Callable[[ExplainService, JobRequest], dict[str, Any]],
+    total: Callable[[JobRequest], int],
+    run: Callable[[JobContext, Job, list[int]], None],
+    summarise: Callable[[JobStore, Job], dict[str, Any]],
+) -> JobKind:
+    """A training kind: admin scope, one task; `validate` takes no instance limit."""
+    return JobKind(name, lambda svc, body, _: validate(svc, body), total, run, summarise, True)
+
+
 KINDS: tuple[JobKind, ...] = (
     JobKind(
         "audit", audit.validate_audit, audit.audit_total, audit.run_audit, audit.summarise_audit
     ),
-    JobKind(
+    _training(
         "learn-baseline",
-        lambda svc, body, _: training.validate_learning(svc, body),
+        training.validate_learning,
         lambda body: 1,
         training.run_learn_baseline,
         training.summarise_learned,
-        training=True,
     ),
-    JobKind(
+    _training(
         "train-salvage",
-        lambda svc, body, _: training.validate_salvage(svc, body),
+        training.validate_salvage,
         training.salvage_total,
         training.run_train_salvage,
         training.summarise_salvage,
-        training=True,
     ),
-    JobKind(
+    _training(
         "train-autognothi",
-        lambda svc, body, _: training.validate_autognothi(svc, body),
+        training.validate_autognothi,
         training.autognothi_total,
         training.run_train_autognothi,
         training.summarise_autognothi,
-        training=True,
     ),
 )
 NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)

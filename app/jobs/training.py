@@ -4,7 +4,8 @@ are progress records), the summary."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -16,9 +17,11 @@ from app.jobs.store import Job, JobStore
 from app.service import ExplainService
 from explainers.explanation import OptionError
 from explainers.salvage import SalvageTrainOptions
+from models.base import Model
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
+    from explainers.salvage_store import ArtifactInfo
 
 
 class LearnBaselineOptions(BaseModel):
@@ -41,10 +44,63 @@ class LearnBaselineOptions(BaseModel):
     )
 
 
-def validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+Opts = TypeVar("Opts", bound=BaseModel)
+
+
+def _checked(
+    svc: ExplainService,
+    body: JobRequest,
+    kind: str,
+    check: Callable[[Model], object],
+    options: type[Opts],
+) -> tuple[Model, Opts]:
+    """The job's model, if `check` accepts it, and its parameters as `options`; in this order:
+    422 for unknown fields, 404 for an unknown model, `check`'s error, 422 for bad parameters."""
     if body.model_extra:
-        raise Unprocessable(f"unknown fields for learn-baseline: {sorted(body.model_extra)}")
+        raise Unprocessable(f"unknown fields for {kind}: {sorted(body.model_extra)}")
     model = svc.model(body.model)
+    check(model)
+    try:
+        return model, options(**body.parameters)
+    except ValidationError as exc:
+        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+
+
+def _progress(ctx: JobContext, job: Job) -> Callable[[dict[str, Any]], bool]:
+    """A trainer's progress callback: each record is the job's next result; False once the
+    job is cancelled (the trainer stops)."""
+    count = 0
+
+    def progress(record: dict[str, Any]) -> bool:
+        nonlocal count
+        ctx.store.add_results(job.id, {count: record})
+        count += 1
+        return not cancelled(ctx, job.id)
+
+    return progress
+
+
+def _add_artifact(ctx: JobContext, job: Job, info: ArtifactInfo) -> None:
+    """The job's last result: the stored artifact that answers."""
+    result = {"artifact": info.id, "model_version": info.model_version, "config": info.config}
+    ctx.store.add_results(job.id, {job.total - 1: {**result, "metrics": info.metrics}})
+
+
+def _artifact_summary(store: JobStore, job: Job, method: str, *config: str) -> dict[str, Any]:
+    """A training job's summary: its artifact (with the `config` fields named), the metrics,
+    and how to explain with it."""
+    result = store.all_results(job.id)[-1]
+    return {
+        "artifact": result["artifact"],
+        "model_version": result["model_version"],
+        **{key: result["config"][key] for key in config},
+        "metrics": result["metrics"],
+        "explain": f"POST /v2/models/{job.model}/explain/{method} with "
+        f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
+    }
+
+
+def _learnable(model: Model) -> None:
     if model.modality != "tabular":
         raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
     if not model.differentiable:
@@ -53,10 +109,10 @@ def validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
             "input gradients",
             code="not_differentiable",
         )
-    try:
-        options = LearnBaselineOptions(**body.parameters)
-    except ValidationError as exc:
-        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+
+
+def validate_learning(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    model, options = _checked(svc, body, "learn-baseline", _learnable, LearnBaselineOptions)
     if body.inputs is not None:
         to_array(model, body.inputs, "inputs")
     if options.labels is not None:
@@ -153,10 +209,7 @@ def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
     }
 
 
-def validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
-    if body.model_extra:
-        raise Unprocessable(f"unknown fields for train-salvage: {sorted(body.model_extra)}")
-    model = svc.model(body.model)
+def _salvageable(model: Model) -> None:
     if model.modality != "image" or model.task != "classification":
         raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
     if not model.differentiable or next(model.torch_module().parameters(), None) is None:
@@ -164,10 +217,10 @@ def validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
             f"model {model.name!r} has no trainable torch weights to fine-tune (a black box?)",
             code="not_differentiable",
         )
-    try:
-        options = SalvageTrainOptions(**body.parameters)
-    except ValidationError as exc:
-        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+
+
+def validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    model, options = _checked(svc, body, "train-salvage", _salvageable, SalvageTrainOptions)
     if body.inputs is not None:
         to_array(model, body.inputs, "inputs")
     elif model.reference is None and model.background is None:
@@ -196,47 +249,20 @@ def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
     inputs = job.request.get("inputs")
     info = None if inputs else store.info(model.name, model.version, opts.digest())
     if info is None:
-        count = 0
-
-        def progress(record: dict[str, Any]) -> bool:
-            nonlocal count
-            ctx.store.add_results(job.id, {count: record})
-            count += 1
-            return not cancelled(ctx, job.id)
-
         data = None if not inputs else np.asarray(inputs, dtype=np.float32)
         if data is not None:
             data = data.reshape(len(data), *model.input_shape)
-        trained = salvage.train(model, opts, data, progress)
+        trained = salvage.train(model, opts, data, _progress(ctx, job))
         if trained is None:  # cancelled
             return
         info = store.save(model, trained)
     else:
         ctx.store.add_results(job.id, dict(enumerate(info.history)))
-    ctx.store.add_results(
-        job.id,
-        {
-            job.total - 1: {
-                "artifact": info.id,
-                "model_version": info.model_version,
-                "config": info.config,
-                "metrics": info.metrics,
-            }
-        },
-    )
+    _add_artifact(ctx, job, info)
 
 
 def summarise_salvage(store: JobStore, job: Job) -> dict[str, Any]:
-    result = store.all_results(job.id)[-1]
-    return {
-        "artifact": result["artifact"],
-        "model_version": result["model_version"],
-        "objective": result["config"]["objective"],
-        "sampler": result["config"]["sampler"],
-        "metrics": result["metrics"],
-        "explain": f"POST /v2/models/{job.model}/explain/salvage with "
-        f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
-    }
+    return _artifact_summary(store, job, "salvage", "objective", "sampler")
 
 
 def validate_autognothi(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
@@ -244,17 +270,15 @@ def validate_autognothi(svc: ExplainService, body: JobRequest) -> dict[str, Any]
     options (422) and, if sent, at least 2 training sentences (400 invalid_input)."""
     from explainers import autognothi
 
-    if body.model_extra:
-        raise Unprocessable(f"unknown fields for train-autognothi: {sorted(body.model_extra)}")
-    model = svc.model(body.model)
-    try:
-        autognothi.check_model(model)
-    except OptionError as exc:
-        raise ApiError(str(exc), code="unsupported_model") from None
-    try:
-        options = autognothi.AutoGnothiTrainOptions(**body.parameters)
-    except ValidationError as exc:
-        raise Unprocessable(f"invalid parameters: {exc.errors()[0]['msg']}") from None
+    def trainable(model: Model) -> None:
+        try:
+            autognothi.check_model(model)
+        except OptionError as exc:
+            raise ApiError(str(exc), code="unsupported_model") from None
+
+    _, options = _checked(
+        svc, body, "train-autognothi", trainable, autognothi.AutoGnothiTrainOptions
+    )
     if body.inputs is not None:
         try:
             autognothi.check_texts(body.inputs)
@@ -280,28 +304,13 @@ def run_train_autognothi(ctx: JobContext, job: Job, todo: list[int]) -> None:
 
     model = autognothi.check_model(ctx.service.model(job.model))
     opts = autognothi.AutoGnothiTrainOptions(**job.request["parameters"])
-    count = 0
-
-    def progress(record: dict[str, Any]) -> bool:
-        nonlocal count
-        ctx.store.add_results(job.id, {count: record})
-        count += 1
-        return not cancelled(ctx, job.id)
-
     artifacts = ctx.service.context.need_artifacts(autognothi.KIND)
-    info = autognothi.trained_artifact(model, opts, artifacts, job.request.get("inputs"), progress)
+    inputs = job.request.get("inputs")
+    info = autognothi.trained_artifact(model, opts, artifacts, inputs, _progress(ctx, job))
     if info is None:  # cancelled
         return
-    result = {"artifact": info.id, "model_version": info.model_version, "config": info.config}
-    ctx.store.add_results(job.id, {job.total - 1: {**result, "metrics": info.metrics}})
+    _add_artifact(ctx, job, info)
 
 
 def summarise_autognothi(store: JobStore, job: Job) -> dict[str, Any]:
-    result = store.all_results(job.id)[-1]
-    return {
-        "artifact": result["artifact"],
-        "model_version": result["model_version"],
-        "metrics": result["metrics"],
-        "explain": f"POST /v2/models/{job.model}/explain/autognothi with "
-        f'{{"parameters": {{"artifact": "{result["artifact"]}"}}}}',
-    }
+    return _artifact_summary(store, job, "autognothi")
