@@ -9,29 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from app.auth import digest
-from app.main import create_app
-from app.settings import Settings
 from models.registry import ModelRegistry
 from tests.app.test_jobs import wait
+from tests.app.training_jobs import app_for, assert_needs_admin, assert_refused
 
 TINY = {"sentences": 24, "pairs": 4, "epochs": 2, "batch_size": 8, "held_out": 2}
 JOB = {"kind": "train-autognothi", "model": "sentiment-minilm", "parameters": TINY}
 TEXTS = ["The food was awful but the staff were very friendly.", "A lovely, quiet hotel!"]
 URL = "/v2/models/sentiment-minilm/explain/autognothi"
-
-
-def app_for(tmp: Path, registry: ModelRegistry, **kw: Any) -> TestClient:
-    settings = Settings(
-        model_dir=tmp / "models",  # the artifact store lives here; built-ins come from registry
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-        **kw,
-    )
-    return TestClient(create_app(settings, registry))
 
 
 def test_train_then_explain_in_one_pass(tmp_path: Path, registry: ModelRegistry) -> None:
@@ -99,17 +85,8 @@ def test_train_then_explain_in_one_pass(tmp_path: Path, registry: ModelRegistry)
 def test_bad_training_jobs_are_4xx(
     tmp_path: Path, registry: ModelRegistry, job: dict[str, Any], status: int, code: str
 ) -> None:
-    with app_for(tmp_path, registry) as client:
-        r = client.post("/v2/jobs", json=job)
-        assert r.status_code == status, r.json()
-        assert r.json()["code"] == code
+    assert_refused(tmp_path, registry, job, status, code)
 
 
 def test_training_needs_the_admin_scope(tmp_path: Path, registry: ModelRegistry) -> None:
-    keys = [
-        {"name": n, "sha256": digest(f"key-{n}").hex(), "scopes": s}
-        for n, s in {"auditor": ["jobs"], "root": ["admin"]}.items()
-    ]
-    with app_for(tmp_path, registry, api_keys=json.dumps(keys)) as client:
-        r = client.post("/v2/jobs", json=JOB, headers={"Authorization": "Bearer key-auditor"})
-        assert r.status_code == 403
+    assert_needs_admin(tmp_path, registry, JOB)

@@ -8,28 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from app.auth import digest
-from app.main import create_app
-from app.settings import Settings
 from models.builtin import dataset_split
 from models.registry import ModelRegistry
 from tests.app.test_jobs import wait
+from tests.app.training_jobs import app_for, assert_needs_admin, assert_refused
 
 TINY = {"rows": 48, "surrogate_epochs": 1, "explainer_epochs": 2, "batch_size": 16, "pairs": 2}
 JOB = {"kind": "train-salvage", "model": "digits-cnn", "parameters": TINY}
-
-
-def app_for(tmp: Path, registry: ModelRegistry, **kw: Any) -> TestClient:
-    settings = Settings(
-        model_dir=tmp / "models",  # the Salvage store lives here; built-ins come from registry
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-        **kw,
-    )
-    return TestClient(create_app(settings, registry))
 
 
 def image(i: int = 0) -> list[Any]:
@@ -95,17 +81,8 @@ def test_train_then_explain_in_one_pass(tmp_path: Path, registry: ModelRegistry)
 def test_bad_training_jobs_are_4xx(
     tmp_path: Path, registry: ModelRegistry, job: dict[str, Any], status: int, code: str
 ) -> None:
-    with app_for(tmp_path, registry) as client:
-        r = client.post("/v2/jobs", json=job)
-        assert r.status_code == status, r.json()
-        assert r.json()["code"] == code
+    assert_refused(tmp_path, registry, job, status, code)
 
 
 def test_training_needs_the_admin_scope(tmp_path: Path, registry: ModelRegistry) -> None:
-    keys = [
-        {"name": n, "sha256": digest(f"key-{n}").hex(), "scopes": s}
-        for n, s in {"auditor": ["jobs"], "root": ["admin"]}.items()
-    ]
-    with app_for(tmp_path, registry, api_keys=json.dumps(keys)) as client:
-        r = client.post("/v2/jobs", json=JOB, headers={"Authorization": "Bearer key-auditor"})
-        assert r.status_code == 403
+    assert_needs_admin(tmp_path, registry, JOB)
