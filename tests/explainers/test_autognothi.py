@@ -5,7 +5,6 @@ held-out accuracy against exact word Shapley values."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -17,29 +16,10 @@ from explainers.autognothi_train import AutoGnothiTrainOptions
 from explainers.explanation import OptionError
 from explainers.games.text import word_spans
 from models.base import weights_hash
+from tests.explainers.autognothi_setup import TEXTS, TINY
 
-TINY = {"sentences": 24, "pairs": 4, "epochs": 3, "batch_size": 8, "held_out": 0, "seed": 5}
-TEXTS = ["The food was awful but the staff were very friendly.", "A lovely, quiet hotel!"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tiny(text_model: Any) -> autognothi_train.Trained:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out = autognothi_train.train(text_model, AutoGnothiTrainOptions(**TINY))
-    finally:
-        torch.set_num_threads(threads)
-    assert out is not None
-    return out
+# One torch thread, as in the service's job workers: much faster on a shared CPU.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_one_encoder_pass_gives_the_models_probabilities_and_word_players(text_model: Any) -> None:

@@ -5,8 +5,6 @@ exact patch Shapley values above an untrained network's."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,22 +15,13 @@ from explainers.explanation import OptionError
 from explainers.games.masked import MaskedModelGame, patch_groups
 from explainers.shapley import shapley_values
 from models.base import Model, weights_hash
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin import dataset_split
 
 TINY = {"rows": 64, "epochs": 2, "batch_size": 32, "pairs": 2, "seed": 3}
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def digits(model_dir: Path) -> Model:
-    return load_digits_cnn(model_dir)
+# One torch thread, as in the service's job workers: much faster on a shared CPU.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_tiny_training_is_seeded_efficient_and_leaves_the_model(digits: Model) -> None:

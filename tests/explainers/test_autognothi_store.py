@@ -4,43 +4,21 @@ efficiency (a tiny side network trained on sentiment-minilm)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from explainers import autognothi, autognothi_train
-from explainers.autognothi_train import AutoGnothiTrainOptions
 from explainers.context import Artifacts, NotTrainedError, RunContext
 from explainers.explanation import OptionError
 from explainers.shapley import ShapleyOptions
 from explainers.shapley import explain as shapley_explain
+from tests.explainers.autognothi_setup import TEXTS
 
-TINY = {"sentences": 24, "pairs": 4, "epochs": 3, "batch_size": 8, "held_out": 0, "seed": 5}
-TEXTS = ["The food was awful but the staff were very friendly.", "A lovely, quiet hotel!"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tiny(text_model: Any) -> autognothi_train.Trained:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out = autognothi_train.train(text_model, AutoGnothiTrainOptions(**TINY))
-    finally:
-        torch.set_num_threads(threads)
-    assert out is not None
-    return out
+# One torch thread, as in the service's job workers: much faster on a shared CPU.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_values_add_up_and_use_shapleys_players(

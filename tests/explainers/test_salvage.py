@@ -3,7 +3,6 @@ against exact Shapley values of the surrogate game (16 patch players of digits-c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,25 +14,15 @@ from explainers.context import Artifacts, RunContext
 from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore, explain
 from explainers.shapley import shapley_values
 from models.base import Model
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin import dataset_split
 
 # Small enough for a loaded CI machine; the bench trains the full default configuration.
 SMALL = {"rows": 500, "surrogate_epochs": 2, "explainer_epochs": 20, "lr": 3e-3, "seed": 3}
 TINY = {"rows": 48, "surrogate_epochs": 1, "explainer_epochs": 2, "batch_size": 16, "pairs": 2}
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """One torch thread, as in the service's job workers; much faster on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def digits(model_dir: Path) -> Model:
-    return load_digits_cnn(model_dir)
+# One torch thread, as in the service's job workers: much faster on a shared CPU.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="session")
