@@ -19,17 +19,12 @@ import torch
 from pydantic import Field
 
 from explainers.autognothi_net import SideNet, empty_texts, encode, runner, word_values
-from explainers.autognothi_train import (
-    AutoGnothiTrainOptions,
-    Progress,
-    Trained,
-    data_digest,
-    train,
-)
+from explainers.autognothi_train import AutoGnothiTrainOptions, Trained, data_digest, train
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games.text import text_games, word_spans
 from explainers.options import ExplainerOptions
+from explainers.progress import Progress
 from explainers.salvage_store import ArtifactInfo, ArtifactStore
 from models.base import Model, TextModel
 

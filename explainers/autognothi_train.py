@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +26,12 @@ from explainers.autognothi_net import Encoded, SideNet, empty_texts, encode, run
 from explainers.explanation import OptionError
 from explainers.games.text import text_games
 from explainers.mobius import mobius_transform, shapley_from_mobius
+from explainers.progress import Progress, Recorder
 from explainers.salvage_masks import kernel_masks
 from models.base import TextModel, weights_hash
 
 TRAINING_VERSION = "2"  # 2: more sentence templates
 ENCODE_BATCH = 64  # texts per frozen-encoder pass while caching hidden states
-Progress = Callable[[dict[str, Any]], bool]  # a progress record -> keep going?
 
 
 class AutoGnothiTrainOptions(BaseModel):
@@ -191,14 +189,8 @@ def train(
     if len(texts) < 2:
         raise OptionError("AutoGnothi needs at least 2 training sentences")
     held = corpus.sentences(opts.held_out, opts.seed, True, opts.held_out_words, vocabulary)
-    start = time.perf_counter()
-    history: list[dict[str, Any]] = []
+    report = Recorder(progress)
     record: dict[str, Any]
-
-    def report(record: dict[str, Any]) -> bool:
-        record["seconds"] = round(time.perf_counter() - start, 3)
-        history.append(record)
-        return progress is None or progress(record)
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(opts.seed)
@@ -239,18 +231,18 @@ def train(
                 return None
     if weights_hash(model.torch_module()) != before:  # cannot happen: nothing optimises the model
         raise RuntimeError("the frozen model's weights changed during AutoGnothi training")
-    final = {k: v for r in history for k, v in r.items() if k.startswith("held_out_")}
+    final = {k: v for r in report.history for k, v in r.items() if k.startswith("held_out_")}
     metrics = {
         **final,
         "train_sentences": len(texts),
         "coalitions_per_sentence": 2 * opts.pairs,
-        "model_rows": history[0]["model_rows"],
-        "train_seconds": round(time.perf_counter() - start, 3),
+        "model_rows": report.history[0]["model_rows"],
+        "train_seconds": report.seconds(),
         "model_weights": before,
         "corpus": corpus.source() if data_id == "vader" else "request",
         "torch_threads": torch.get_num_threads(),
     }
-    return Trained(net, opts, metrics, tuple(history), data_id)
+    return Trained(net, opts, metrics, tuple(report.history), data_id)
 
 
 def _probs(model: TextModel, texts: list[str]) -> torch.Tensor:

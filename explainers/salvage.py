@@ -31,8 +31,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,6 +42,7 @@ from torch import nn
 
 from explainers.explanation import OptionError
 from explainers.maskers import patch_groups
+from explainers.progress import Progress, Recorder
 from explainers.salvage_masks import sample_masks, uniform_size_masks
 from models.base import Model
 
@@ -226,9 +225,6 @@ def _loss(
     return psi.shape[1] * F.mse_loss(pred, target_logp.exp())
 
 
-Progress = Callable[[dict[str, Any]], bool]  # an epoch's record -> keep going?
-
-
 def train(
     model: Model,
     options: SalvageTrainOptions,
@@ -264,13 +260,7 @@ def train(
     groups_np, _ = patch_groups(model.input_shape, opts.patch_size)
     groups = torch.from_numpy(groups_np.copy()).to(dev)
     n = int(groups_np.max()) + 1
-    start = time.perf_counter()
-    history: list[dict[str, Any]] = []
-
-    def report(record: dict[str, Any]) -> bool:
-        record["seconds"] = round(time.perf_counter() - start, 3)
-        history.append(record)
-        return progress is None or progress(record)
+    report = Recorder(progress)
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(opts.seed)
@@ -336,11 +326,11 @@ def train(
                 return None
     explainer.eval()
     metrics = {
-        **{k: v for k, v in history[-1].items() if k.startswith("held_out")},
+        **{k: v for k, v in report.history[-1].items() if k.startswith("held_out")},
         "train_rows": len(x_train),
         "held_out_rows": len(x_val),
         "n_players": n,
-        "train_seconds": round(time.perf_counter() - start, 3),
+        "train_seconds": report.seconds(),
         "torch_threads": torch.get_num_threads(),
         "device": str(dev),
     }
@@ -351,7 +341,7 @@ def train(
         empty_logp.cpu().numpy(),
         opts,
         metrics,
-        tuple(history),
+        tuple(report.history),
         data_id,
     )
 
