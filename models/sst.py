@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.base import Model, ModelError
-from models.builtin import cached_training, config_digest, seeded_training, training_background
 from models.datasets import Split, split_dataset
+from models.training import cached_training, config_digest, seeded_training, training_background
 
 NAME = "digits-sst"
 PATCH = 2  # side of a player's square patch, as sufficient-subset's default patch_size
