@@ -37,24 +37,29 @@ class Counting:
         return self.game(masks)
 
 
+@pytest.mark.parametrize("estimator", ["regression", "gp"])
 @pytest.mark.parametrize("n", [2, 3, 5])
-def test_exact_when_every_coalition_fits(n: int) -> None:
+def test_exact_when_every_coalition_fits(n: int, estimator: str) -> None:
     game = tanh_game(n, 0)
     truth = shapley_values(game, n, estimator="exact").values
-    est = shapley_values(game, n, estimator="regression", budget=(1 << n) * 30, seed=0)
+    est = shapley_values(game, n, estimator=estimator, budget=(1 << n) * 30, seed=0)
     assert est.exact and est.error_std is None
     np.testing.assert_allclose(est.values, truth, atol=1e-10)
 
 
-@pytest.mark.parametrize("budget", [32, 100, 257, 1024])
-def test_efficiency_and_budget(budget: int) -> None:
+@pytest.mark.parametrize(
+    ("estimator", "budget"),
+    [(e, b) for e in ("regression", "gp") for b in (24, 32, 100, 257, 1024) if b > 24 or e == "gp"],
+)
+def test_efficiency_and_budget(estimator: str, budget: int) -> None:
     n = 12
     counted = Counting(tanh_game(n, 1))
-    est = shapley_values(counted, n, estimator="regression", budget=budget, seed=3)
+    est = shapley_values(counted, n, estimator=estimator, budget=budget, seed=3)
     assert est.n_coalitions == counted.coalitions <= budget
-    assert est.estimator == "regression" and not est.exact
+    assert est.estimator == estimator and not est.exact
     np.testing.assert_allclose(est.efficiency_gap, 0.0, atol=1e-9)
     assert est.values.shape == (n, 2) and est.error_std is not None
+    assert np.all(np.isfinite(est.error_std)) and np.all(est.error_std > 0)
 
 
 def test_single_output_and_seeded() -> None:

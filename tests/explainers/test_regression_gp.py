@@ -12,27 +12,6 @@ from explainers.estimators import gp
 from tests.explainers.test_regression_estimator import Counting, tanh_game
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_exact_when_every_coalition_fits(n: int) -> None:
-    game = tanh_game(n, 0)
-    truth = shapley_values(game, n, estimator="exact").values
-    est = shapley_values(game, n, estimator="gp", budget=(1 << n) * 30, seed=0)
-    assert est.exact and est.error_std is None
-    np.testing.assert_allclose(est.values, truth, atol=1e-10)
-
-
-@pytest.mark.parametrize("budget", [24, 100, 257, 1024])
-def test_efficiency_and_budget(budget: int) -> None:
-    n = 12
-    counted = Counting(tanh_game(n, 1))
-    est = shapley_values(counted, n, estimator="gp", budget=budget, seed=3)
-    assert est.n_coalitions == counted.coalitions <= budget
-    assert est.estimator == "gp" and not est.exact
-    np.testing.assert_allclose(est.efficiency_gap, 0.0, atol=1e-9)
-    assert est.values.shape == (n, 2) and est.error_std is not None
-    assert np.all(np.isfinite(est.error_std)) and np.all(est.error_std > 0)
-
-
 def test_single_output_seeded_and_budget_floor() -> None:
     n = 10
 
