@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -20,7 +18,7 @@ from explainers.gradients import (
     score_function,
 )
 from models.base import Model
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin import dataset_split
 
 
 @pytest.fixture(autouse=True)
@@ -36,11 +34,6 @@ def linear_model(w: np.ndarray, b: float = 0.5) -> Model:
     names = tuple(f"x{i}" for i in range(len(w)))
     bg = np.random.default_rng(1).normal(size=(20, len(w))).astype(np.float32)
     return Model("lin", "tabular", "regression", (len(w),), names, ("y",), layer.eval(), bg)
-
-
-@pytest.fixture(scope="module")
-def digits(model_dir: Path) -> Model:
-    return load_digits_cnn(model_dir)
 
 
 @pytest.fixture(scope="module")

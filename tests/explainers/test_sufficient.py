@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from explainers.shapley import MaskerOptions, ShapleyOptions
 from explainers.shapley import explain as shapley_explain
 from explainers.sufficient import SufficientOptions, explain
 from models.base import Model, TextModel
-from models.builtin import dataset_split, load_builtin
+from models.builtin import dataset_split
 
 W = np.array([3.0, 2.0, 1.0, 1.0, 0.5, 0.0])
 
@@ -254,11 +253,6 @@ def test_text_players_are_shapleys_words() -> None:
     assert e.players == shap.players  # the same numbering of the same words
     with pytest.raises(OptionError):
         explain(model, texts, options=SufficientOptions(), background=np.zeros((1, 1)))
-
-
-@pytest.fixture(scope="module")
-def digits(model_dir: Path) -> Model:
-    return load_builtin("digits-cnn", model_dir)
 
 
 def test_digits_patches_use_shapleys_numbering(digits: Model) -> None:

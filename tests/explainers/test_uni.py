@@ -13,17 +13,12 @@ from explainers.explanation import OptionError
 from explainers.gradients import NotDifferentiableError
 from explainers.uni import UniOptions, explain
 from models.base import Model, weights_hash
-from models.builtin import dataset_split, load_breast_cancer_mlp, load_diabetes_mlp, load_digits_cnn
+from models.builtin import dataset_split, load_breast_cancer_mlp, load_diabetes_mlp
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_torch_thread: None) -> None:
     """One torch thread, as the service runs (see tests/conftest.py)."""
-
-
-@pytest.fixture(scope="module")
-def digits(model_dir: Path) -> Model:
-    return load_digits_cnn(model_dir)
 
 
 @pytest.fixture(scope="module")
