@@ -32,15 +32,10 @@ coalitions or MAX_PLAYERS players it is KernelSHAP on the same plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from explainers.estimators import kernel
-from explainers.estimators.base import Estimate, Target
 from explainers.estimators.kernel import Design, min_coalitions
-from explainers.estimators.rounds import Round, drive
-from explainers.games import GameRecorder
 
 TAUS = (0.02, 0.2, 1.0, 2.0, 4.0, 8.0, 16.0)  # n times theta (interaction strength per order)
 POWERS = (0.0, 1.0, 2.0, 4.0)  # relevance q ~ |linear effect|^p (0: every player alike) ...
@@ -69,20 +64,6 @@ def _t975(dof: int | float) -> float:
 
     return float(t.ppf(0.975, dof))
 
-
-def gp(
-    recorder: GameRecorder,
-    rng: np.random.Generator,
-    sampler: str = "kernel",
-    target: Target | None = None,
-) -> Estimate:
-    """Gaussian-process Shapley values, in rounds (rounds.py)."""
-    return drive(rounds(recorder, rng, sampler), recorder, target)
-
-
-def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> Iterator[Round]:
-    """KernelSHAP's coalition plan and rounds (kernel.rounds) with the posterior as the fit."""
-    return kernel.rounds(recorder, rng, sampler, fit=_fit, name="gp")
 
 
 class Prior:
@@ -280,3 +261,8 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
     misfit = ((phi - phi_k) ** 2).mean(axis=0) > MISFIT * (std_k**2).mean(axis=0)  # [k]
     phi[:, misfit], std[:, misfit] = phi_k[:, misfit], std_k[:, misfit]
     return phi, std
+
+
+# Gaussian-process Shapley values, in rounds (rounds.py).
+gp = kernel.OnPlan(_fit, "gp")
+rounds = gp.rounds

@@ -254,6 +254,29 @@ def kernel(
 Fit = Callable[[Design, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray | None]]
 
 
+
+class OnPlan:
+    """An estimator on KernelSHAP's coalition plan and rounds with its own `fit` (the
+    regression-adjusted and Gaussian-process estimators): same seed, budget and deadline."""
+
+    def __init__(self, fit: Fit, name: str) -> None:
+        self.fit, self.name = fit, name
+
+    def __call__(
+        self,
+        recorder: GameRecorder,
+        rng: np.random.Generator,
+        sampler: str = "kernel",
+        target: Target | None = None,
+    ) -> Estimate:
+        return drive(self.rounds(recorder, rng, sampler), recorder, target)
+
+    def rounds(
+        self, recorder: GameRecorder, rng: np.random.Generator, sampler: str
+    ) -> Iterator[Round]:
+        """Rounds of coalitions (rounds.py), each estimate refitted on everything so far."""
+        return rounds(recorder, rng, sampler, fit=self.fit, name=self.name)
+
 def rounds(
     recorder: GameRecorder,
     rng: np.random.Generator,

@@ -16,17 +16,13 @@ lower the jackknife error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import combinations, pairwise
 from math import comb
 
 import numpy as np
 
 from explainers.estimators import kernel
-from explainers.estimators.base import Estimate, Target
 from explainers.estimators.kernel import Design, min_coalitions
-from explainers.estimators.rounds import Round, drive
-from explainers.games import GameRecorder
 
 FOLDS = 4  # cross-fitting folds of the drawn pairs ...
 MIN_FOLD_PAIRS = 8  # ... fewer when there are fewer than this many pairs per fold (at least 2)
@@ -39,21 +35,6 @@ N_JACKKNIFE = 32  # delete-a-group jackknife groups of the drawn pairs
 
 __all__ = ["min_coalitions", "regression", "rounds"]
 
-
-def regression(
-    recorder: GameRecorder,
-    rng: np.random.Generator,
-    sampler: str = "kernel",
-    target: Target | None = None,
-) -> Estimate:
-    """Regression-adjusted Monte Carlo Shapley values, in rounds (rounds.py)."""
-    return drive(rounds(recorder, rng, sampler), recorder, target)
-
-
-def rounds(recorder: GameRecorder, rng: np.random.Generator, sampler: str) -> Iterator[Round]:
-    """KernelSHAP's coalition plan and rounds (kernel.rounds); each round's estimate refits the
-    surrogates on everything evaluated so far."""
-    return kernel.rounds(recorder, rng, sampler, fit=_fit, name="regression")
 
 
 def _penalty(gram: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
@@ -251,3 +232,8 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
     if np.sum(error**2) >= np.sum(plain[1] ** 2):
         return plain
     return _shapley_of(mean, n, terms) + phi_r, error
+
+
+# Regression-adjusted Monte Carlo Shapley values, in rounds (rounds.py).
+regression = kernel.OnPlan(_fit, "regression")
+rounds = regression.rounds
