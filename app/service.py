@@ -252,12 +252,13 @@ class ExplainService:
         round trip (Cache.set_many) instead."""
         model, spec, req, status = p.model, p.spec, p.req, p.status
         start = time.perf_counter()
+        context = self.context
         try:
             with deadline(p.deadline), ceiling(self.settings.max_budget):
                 result = spec.explain(
                     model,
                     p.inputs,
-                    self.context,
+                    context,
                     options=p.options,
                     target=p.target,
                     seed=req.seed,
@@ -266,7 +267,7 @@ class ExplainService:
                     **p.fields,
                 )
                 result = with_caveats(model, p.inputs, result, p.out_of_range)
-                result = attach_evaluation(p, result, self.context)
+                result = attach_evaluation(p, result, context)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
                 f"timeout_ms={req.timeout_ms} passed before an answer (the sampled Shapley "
