@@ -208,7 +208,7 @@ def explain(
                 details={"probabilities": out.full[i].tolist(), "units": "probability"},
             )
         )
-    echo = {**options.model_dump(), "training": trained.options.model_dump(mode="json")}
+    echo = {**options.echo(), "training": trained.options.model_dump(mode="json")}
     return ExplainResult(tuple(explanations), (), echo, 1, True)
 
 

@@ -300,7 +300,7 @@ def explain(
             if options.method == "integrated_gradients"
             else default_budget(n_max, 1, options.estimator)
         )
-    echo = options.model_dump()
+    echo = options.echo()
     if is_text:
         for key in ("patch_size", "baseline", "blur_sigma"):
             echo.pop(key)

@@ -307,7 +307,7 @@ def make_baselines(
 
 def resolve(options: IntegratedGradientsOptions) -> dict[str, Any]:
     """The options after defaults, as echoed in meta.parameters."""
-    echo = options.model_dump()
+    echo = options.echo()
     if echo["steps"] is None:
         echo["steps"] = 50 if options.estimator == "path" else 5
     random = options.baseline in RANDOM_BASELINES

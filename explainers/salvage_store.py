@@ -374,7 +374,7 @@ def explain(
             )
         )
     _, names = patch_groups(model.input_shape, trained.options.patch_size)
-    echo = {**options.model_dump(), "training": trained.options.model_dump(mode="json")}
+    echo = {**options.echo(), "training": trained.options.model_dump(mode="json")}
     return ExplainResult(tuple(explanations), tuple(names), echo, 1, True)
 
 

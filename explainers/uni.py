@@ -306,7 +306,7 @@ def explain(
         raise BudgetError(f"UNI with these options costs {cost} model evaluations; budget {budget}")
     options, eps = _resolve_ball(model, options, background)
     score = score_function(model, options.output)
-    echo: dict[str, Any] = options.model_dump()
+    echo: dict[str, Any] = options.echo()
     echo["pgd_step_size"] = options.pgd_step_size or echo["epsilon"] / 4
     device = model.device  # the copy, the PGD search and IG run where the weights are
     module = model.torch_module()
