@@ -23,6 +23,7 @@ import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from app.logging import configure as configure_logging
+from app.readiness import PROCESSES_ENV, READY_DIR_ENV
 
 LOG_ENV = ("ATTRIBUTION_LOG_LEVEL", "ATTRIBUTION_LOG_FORMAT")  # handed to worker processes
 SUPERVISOR_ENV = "ATTRIBUTION_SUPERVISOR"  # the pid that started the workers
@@ -109,6 +110,9 @@ def main() -> None:
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="attr-metrics-"))
     os.environ[LOG_ENV[0]], os.environ[LOG_ENV[1]] = args.log_level, args.log_format
     os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    # Ready only once every process is (a probe reaches any of them): app/readiness.py.
+    os.environ[READY_DIR_ENV] = tempfile.mkdtemp(prefix="attr-ready-")
+    os.environ[PROCESSES_ENV] = str(workers)
     uvicorn.run(
         "app.__main__:worker_app",
         factory=True,

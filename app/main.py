@@ -25,6 +25,7 @@ from app.jobs.store import JobStore
 from app.logging import RequestContext
 from app.metrics import Metrics
 from app.oip import router as oip_router
+from app.readiness import mark_ready, missing_models
 from app.routes import KeyMemo, add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
@@ -143,7 +144,11 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         if settings.load_models_on_start:
 
             def load() -> None:
-                registry.load_all(include_background=settings.load_background_models)
+                registry.load_all()
+                if not missing_models(registry.status()):
+                    mark_ready()  # for the other API processes' readiness (app/readiness.py)
+                if settings.load_background_models:
+                    registry.load_all(include_background=True)  # the others: loaded already
                 gc.freeze()  # the models' objects too (see below)
 
             # LMs last; readiness does not wait for them

@@ -21,6 +21,7 @@ from app.errors import (
     Overloaded,
 )
 from app.logging import current_request_id
+from app.readiness import mark_ready, missing_models, processes_waiting
 from app.schemas import (
     ExplainerInfo,
     ExplainRequestBase,
@@ -59,18 +60,28 @@ async def ready(request: Request) -> JSONResponse:
     cache = await anyio.to_thread.run_sync(svc.cache.health)
     svc.metrics.cache_up.set(1 if cache["ok"] else 0)
     # Background models (the LMs) report their state here but do not hold readiness back.
-    missing = [n for n, st in models.items() if not st["loaded"] and not st.get("background")]
+    missing = missing_models(models)
+    waiting = None
+    if not missing and svc.settings.load_models_on_start:
+        mark_ready()  # this process is; the others of the same server may not be yet
+        waiting = processes_waiting()
+    not_ready = bool(missing) or waiting is not None
     body: dict[str, Any] = {
-        "ready": not missing,
-        "status": "ready" if not missing and cache["ok"] else "degraded",
+        "ready": not not_ready,
+        "status": "ready" if not not_ready and cache["ok"] else "degraded",
         "models": models,
         "cache": cache,
     }
     if missing:
         body.update(error=f"models not loaded: {missing}", code="not_ready")
+    elif waiting is not None:
+        body.update(
+            error=f"API processes with their models loaded: {waiting[0]} of {waiting[1]}",
+            code="not_ready",
+        )
     elif not cache["ok"]:
         body["detail"] = "cache unreachable: answering uncached"
-    return JSONResponse(body, status_code=503 if missing else 200)
+    return JSONResponse(body, status_code=503 if not_ready else 200)
 
 
 @router.get("/v2", tags=["health"])

@@ -177,3 +177,43 @@ def test_two_processes_share_hits_models_and_metrics(server: Server) -> None:
     )
     # (a 404 for a model not yet seen makes no look-up)
     assert lookups == sum("/explain/" in r["route"] and r["status"] == 200 for r in access)
+
+
+def test_ready_only_once_every_process_is(server: Server) -> None:
+    """The fixture saw one 200: from then on every process answers ready (a probe reaches any
+    of them), including the one that was still loading its models when the first said so."""
+    answers: list[tuple[int, int]] = []
+
+    def probe(rid: str) -> httpx.Response:  # a new connection: either process may accept it
+        return httpx.get(f"{server.url}/v2/health/ready", headers={"X-Request-ID": rid}, timeout=30)
+
+    with ThreadPoolExecutor(8) as pool:
+        for batch in range(4):
+            ids = [f"ready-{batch}-{k}" for k in range(8)]
+            for r, rid in zip(pool.map(probe, ids), ids, strict=True):
+                answers.append((r.status_code, server.served_by(rid)))
+    assert all(code == 200 for code, _ in answers), answers
+    assert len({pid for _, pid in answers}) == 2  # both processes were asked
+
+
+def test_readiness_counts_live_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.readiness import PROCESSES_ENV, READY_DIR_ENV, mark_ready, processes_waiting
+
+    monkeypatch.setenv(READY_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(PROCESSES_ENV, "2")
+    assert processes_waiting() == (0, 2)
+    mark_ready()
+    assert (tmp_path / str(os.getpid())).exists() and processes_waiting() == (1, 2)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / str(dead.pid)).touch()  # a process that marked itself, then died
+    assert processes_waiting() == (1, 2)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / str(alive.pid)).touch()
+        assert processes_waiting() is None
+    finally:
+        alive.kill()
+        alive.wait()
+    monkeypatch.delenv(PROCESSES_ENV)
+    assert processes_waiting() is None  # one process answers for itself

@@ -1,0 +1,52 @@
+"""Readiness across the API processes of one `python -m app`.
+
+The processes share one listening socket, so a probe reaches any of them: one process saying
+"ready" while another still loads its models would send traffic to a process that answers
+"not ready" next. Each process marks itself ready in a folder the supervisor made
+(ATTRIBUTION_READY_DIR, one file per pid); the service is ready once ATTRIBUTION_PROCESSES
+live processes have marked it. A single process has neither variable and answers for itself,
+and so does each process when models load on first use (LOAD_MODELS_ON_START=false).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+READY_DIR_ENV = "ATTRIBUTION_READY_DIR"
+PROCESSES_ENV = "ATTRIBUTION_PROCESSES"
+
+
+def missing_models(status: dict[str, dict[str, object]]) -> list[str]:
+    """The models readiness waits for that are not loaded (background ones never count)."""
+    return [n for n, st in status.items() if not st["loaded"] and not st.get("background")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def mark_ready() -> None:
+    """Record that this process has every model readiness waits for (idempotent)."""
+    folder = os.environ.get(READY_DIR_ENV)
+    if folder:
+        mark = Path(folder) / str(os.getpid())
+        if not mark.exists():
+            mark.touch()
+
+
+def processes_waiting() -> tuple[int, int] | None:
+    """(processes ready, processes expected) while some sibling process is not ready yet;
+    None when all are (or this is the only process)."""
+    folder, expected = os.environ.get(READY_DIR_ENV), os.environ.get(PROCESSES_ENV, "")
+    if not folder or not expected.isdigit():
+        return None
+    pids = [int(p.name) for p in Path(folder).iterdir() if p.name.isdigit()]
+    ready = sum(1 for pid in pids if _alive(pid))
+    return None if ready >= int(expected) else (ready, int(expected))
