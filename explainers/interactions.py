@@ -8,6 +8,7 @@ shapiq (Muschalik et al. 2024) approximators run on our metered game.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import combinations
 from math import comb
 from typing import Any
@@ -18,6 +19,7 @@ from scipy.special import bernoulli
 from explainers.budget import default_budget
 from explainers.estimators import exact as exact_estimator
 from explainers.estimators.base import Estimate
+from explainers.estimators.gp_interactions import gp_interactions
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 from explainers.mobius import mobius_transform, popcounts
@@ -148,7 +150,8 @@ def _approximators() -> dict[tuple[str, str], Callable[..., Any]]:
     }
 
 
-SAMPLED_ESTIMATORS = ("kernel", "svarm", "permutation")
+SAMPLED_ESTIMATORS = ("kernel", "svarm", "permutation", "gp")
+GP_INDICES = ("SII", "k-SII", "STII", "FSII", "FBII")  # gp_interactions.py: any linear index
 _DEFAULT_SAMPLED = {
     "SV": "kernel",
     "SII": "kernel",
@@ -200,7 +203,7 @@ def interaction_values(
     if index == "SV":
         raise OptionError("sampled SV: use the shapley estimators (index SV with kernel)")
     make = _approximators().get((index, estimator))
-    if make is None:
+    if make is None and not (estimator == "gp" and index in GP_INDICES):
         raise OptionError(f"estimator {estimator!r} is not available for {index}")
     if coalitions < 2 * n_players:
         raise BudgetError(
@@ -211,6 +214,13 @@ def interaction_values(
     ends[1] = True
     v_ends = recorder(ends)
     column = int(np.argmax(v_ends[1])) if output is None else output
+    edge = (float(v_ends[0, column]), float(v_ends[1, column]))
+    if make is None:  # gp: the posterior of every term, with standard deviations
+        w = distribution_weights(index, n_players, k)
+        rng = np.random.default_rng(seed)
+        means, stds = gp_interactions(recorder, w, coalitions, column, rng)
+        est = _estimate(means, n_players, index, k, edge, recorder, "gp", column)
+        return replace(est, error_std=np.array([stds[(i,)] for i in range(n_players)]))
 
     def scalar(masks: np.ndarray) -> np.ndarray:
         masks = np.atleast_2d(np.asarray(masks, dtype=bool))
@@ -232,5 +242,4 @@ def interaction_values(
         if 1 <= len(key) <= k
     )
     name = f"{estimator} (shapiq {type(approximator).__name__})"
-    edge = (float(v_ends[0, column]), float(v_ends[1, column]))
     return _estimate(estimated, n_players, index, k, edge, recorder, name, column)

@@ -1,0 +1,180 @@
+"""Gaussian-process interaction indices: the posterior mean of every term, closed-form.
+
+gp.py's prior on the Möbius (Harsanyi) dividends of Grabisch (1997), "k-order additive
+discrete fuzzy measures and their representation" (a_T independent normal, variance
+s^2 q_i alone and s^2 (gamma / theta) prod_{j in T} u_j for |T| >= 2, u = theta q), after
+Rasmussen & Williams (2006), "Gaussian processes for machine learning". Every index is
+linear in the dividends, I_R = sum over T containing R of W[|T|, |R|] a_T (SII: Grabisch &
+Roubens 1999; k-SII: Bordt & von Luxburg 2023; STII, FSII, FBII: explainers/interactions.py),
+so [ours] cov(I_R, v(U)) = 1[R in U] ((gamma / theta) prod_R u sum_j W[t + j, t]
+e_j(u on U - R) + W[1, 1] (1 - gamma) q_r when R = {r}), with e_j the elementary symmetric
+polynomials: e_j(U) by a product over players, e_j(U - R) by dividing the generating
+polynomial prod_U (1 + x u) by (1 + x u_r), from below where u_r <= 1 and from above
+otherwise (no error growth either way); the last division is folded into the weights, so
+one order costs a matrix product per (t-1)-subset. The posterior mean is cross^T K^-1 y and
+its variance the prior's (the same sums with W^2 over all players) minus the quadratic form,
+scaled by gp.py's s^2 (likelihood, leave-one-out inflated, over m - n degrees of freedom).
+
+Coalitions: KernelSHAP's plan (kernel.Planner: small sizes enumerated, the rest in
+complement pairs), seeded, at most the coalitions given; hyperparameters: gp._choose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import combinations
+
+import numpy as np
+
+from explainers.estimators import gp, kernel
+from explainers.explanation import OptionError
+from explainers.games import GameRecorder
+
+MAX_CELLS = 20_000_000  # coalitions times terms: beyond, too much memory for one fit
+MAX_ROWS = 4096  # at most this many coalitions in the fit (the rest of a budget is unspent)
+
+__all__ = ["MAX_CELLS", "MAX_ROWS", "gp_interactions", "term_covariances"]
+
+Terms = dict[tuple[int, ...], float]
+
+
+def _elementary(z: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """e_j of u over each row's coalition, j = 0..n. [m, n+1]"""
+    m, n = z.shape
+    e = np.zeros((m, n + 1))
+    e[:, 0] = 1.0
+    for i in range(n):
+        e[:, 1:] += (z[:, i : i + 1] * u[i]) * e[:, :-1]
+    return e
+
+
+def _quotients(f: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """f / (1 + u_r x) for each r (coefficients, low first; f divisible where r is in the
+    coalition, elsewhere the result is finite and masked later). [r, m, d+1]"""
+    d = f.shape[1] - 1
+    out = np.zeros((len(u), *f.shape))
+    small = u <= 1.0
+    low, ul = out[small], u[small][:, None]  # from below: q_j = f_j - u q_{j-1}
+    low[:, :, 0] = f[:, 0]
+    for j in range(1, d + 1):
+        low[:, :, j] = f[:, j] - ul * low[:, :, j - 1]
+    high, uh = out[~small], u[~small][:, None]  # from above: q_{j-1} = (f_j - q_j) / u
+    for j in range(d, 0, -1):
+        high[:, :, j - 1] = (f[:, j] - high[:, :, j]) / uh
+    out[small], out[~small] = low, high
+    return out
+
+
+def _folded(c: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """G[s] with sum_j c_j (f / (1 + u_s x))_j = sum_l f_l G[s, l]. [n, d+1]"""
+    d = len(c) - 1
+    g = np.zeros((len(u), d + 1))
+    for s, us in enumerate(u):
+        if us <= 1.0:  # from below: q_j = sum_i (-u)^i f_{j-i}
+            powers = (-us) ** np.arange(d + 1)
+            g[s] = [c[lo:] @ powers[: d + 1 - lo] for lo in range(d + 1)]
+        else:  # from above: q_j = sum_i (-1)^i f_{j+1+i} / u^(i+1)
+            powers = (-1.0) ** np.arange(d) / us ** np.arange(1, d + 1)
+            g[s, 1:] = [c[:lo][::-1] @ powers[:lo] for lo in range(1, d + 1)]
+    return g
+
+
+def _sums(
+    e: np.ndarray,
+    u: np.ndarray,
+    c: np.ndarray,
+    t: int,
+    start: int = 0,
+    prefix: tuple[int, ...] = (),
+) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+    """(R, sum_j c_j e_j(U - R)) for every R of size t, in lexicographic order. [m] each"""
+    n = len(u)
+    if len(prefix) == t - 1:
+        s = e @ _folded(c, u[start:]).T  # [m, n - start]
+        for j, i in enumerate(range(start, n)):
+            yield (*prefix, i), s[:, j]
+        return
+    q = _quotients(e, u[start:])  # [n - start, m, n+1]
+    for j, i in enumerate(range(start, n)):
+        yield from _sums(q[j], u, c, t, i + 1, (*prefix, i))
+
+
+def term_covariances(
+    prior: gp.Prior, z: np.ndarray, weights: np.ndarray, square: bool = False
+) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The terms R of order 1..k and cov(I_R, v(U)) for the rows U of z (s^2 = 1); with
+    `square`, sum over T containing R and within U of W^2 var(a_T) (z all ones: the prior
+    variance). [m, terms]
+
+    `weights` [n+1, k+1]: interactions.distribution_weights of the index.
+    """
+    n = z.shape[1]
+    k = weights.shape[1] - 1
+    w = weights**2 if square else weights
+    e = _elementary(z, prior.u)
+    keys: list[tuple[int, ...]] = []
+    blocks = []
+    for t in range(1, k + 1):
+        c = np.zeros(n + 1)
+        c[: n - t + 1] = w[t:, t]
+        order = list(_sums(e, prior.u, c, t))
+        idx = np.array([key for key, _ in order], dtype=np.int64).reshape(-1, t)
+        block = np.stack([col for _, col in order], axis=1)  # [m, C(n, t)]
+        block *= (prior.gamma / prior.theta) * prior.u[idx].prod(axis=1)
+        if t == 1:  # a player alone: variance q_i, not gamma q_i
+            block += w[1, 1] * (1 - prior.gamma) * prior.q[None, :]
+        block *= z[:, idx].prod(axis=2)  # only R within U
+        keys += [tuple(int(p) for p in key) for key, _ in order]
+        blocks.append(block)
+    return keys, np.concatenate(blocks, axis=1)
+
+
+def gp_interactions(
+    recorder: GameRecorder,
+    weights: np.ndarray,
+    coalitions: int,
+    column: int,
+    rng: np.random.Generator,
+) -> tuple[Terms, Terms]:
+    """Posterior means and standard deviations of every term of order 1..k of one output.
+
+    At most `coalitions` coalitions in all (the empty and full ones included, evaluated
+    through the recorder's memo); `weights` [n+1, k+1]: the index's distribution_weights.
+    """
+    n = recorder.n_players
+    k = weights.shape[1] - 1
+    planner = kernel.Planner(n, "kernel", rng)
+    masks = planner.extend(min(coalitions, MAX_ROWS + 1, 1 << n))  # [m + 1, n]: empty, full, ...
+    n_terms = sum(len(list(combinations(range(n), t))) for t in range(1, k + 1))
+    if len(masks) * n_terms > MAX_CELLS:
+        raise OptionError(
+            f"{len(masks)} coalitions x {n_terms} terms: too many for gp (a smaller max_order "
+            "or budget)"
+        )
+    v = recorder(masks)[:, column]
+    z = masks[1:].astype(np.float64)  # non-empty, the full one first
+    y = (v[1:] - v[0])[:, None]  # [m, 1]
+    with kernel._blas().limit(limits=1, user_api="blas"):
+        prior, nugget, inflate = gp._choose(z, y)
+        cov = prior.cov(z)
+        norm = max(float(cov.diagonal().mean()), 1e-300)
+        cov /= norm
+        keys, cross = term_covariances(prior, z, weights)
+        cross /= norm  # [m, terms]
+        _, prior_var = term_covariances(prior, np.ones((1, n)), weights, square=True)
+        low = None
+        while low is None:
+            low = gp._factor(cov, gp._noise(len(y), nugget))
+            nugget *= 10
+        a0 = gp._solve_triangular(low, y, lower=True, check_finite=False)  # [m, 1]
+        alpha = gp._solve_triangular(low.T, a0, lower=False, check_finite=False)
+        mean = cross.T @ alpha[:, 0]  # [terms]
+        white = gp._solve_triangular(low, cross, lower=True, check_finite=False)
+        var = np.maximum(prior_var[0] / norm - (white**2).sum(axis=0), 1e-300)
+    m = len(y)
+    s2 = float((a0**2).mean()) * float(inflate[0]) * m / max(m - n, 1)
+    std = np.sqrt(var * s2)
+    return (
+        dict(zip(keys, mean.tolist(), strict=True)),
+        dict(zip(keys, std.tolist(), strict=True)),
+    )
