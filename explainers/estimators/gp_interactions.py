@@ -22,7 +22,7 @@ complement pairs), seeded, at most the coalitions given; hyperparameters: gp._ch
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import combinations
+from math import comb
 
 import numpy as np
 
@@ -30,10 +30,17 @@ from explainers.estimators import gp, kernel
 from explainers.explanation import OptionError
 from explainers.games import GameRecorder
 
-MAX_CELLS = 20_000_000  # coalitions times terms: beyond, too much memory for one fit
+MAX_CELLS = 5_000_000  # coalitions times terms: beyond, seconds and gigabytes for one fit
 MAX_ROWS = 4096  # at most this many coalitions in the fit (the rest of a budget is unspent)
 
-__all__ = ["MAX_CELLS", "MAX_ROWS", "gp_interactions", "term_covariances"]
+__all__ = ["MAX_CELLS", "MAX_ROWS", "fits", "gp_interactions", "term_covariances"]
+
+
+def fits(n: int, k: int, coalitions: int) -> bool:
+    """Whether gp takes this many players, orders and coalitions (MAX_CELLS)."""
+    terms = sum(comb(n, t) for t in range(1, k + 1))
+    return min(coalitions, MAX_ROWS + 1, 1 << n) * terms <= MAX_CELLS
+
 
 Terms = dict[tuple[int, ...], float]
 
@@ -144,13 +151,12 @@ def gp_interactions(
     n = recorder.n_players
     k = weights.shape[1] - 1
     planner = kernel.Planner(n, "kernel", rng)
-    masks = planner.extend(min(coalitions, MAX_ROWS + 1, 1 << n))  # [m + 1, n]: empty, full, ...
-    n_terms = sum(len(list(combinations(range(n), t))) for t in range(1, k + 1))
-    if len(masks) * n_terms > MAX_CELLS:
+    if not fits(n, k, coalitions):
         raise OptionError(
-            f"{len(masks)} coalitions x {n_terms} terms: too many for gp (a smaller max_order "
-            "or budget)"
+            f"{n} players to order {k} at {coalitions} coalitions: too many terms for gp "
+            "(a smaller max_order or budget, or the kernel estimator)"
         )
+    masks = planner.extend(min(coalitions, MAX_ROWS + 1, 1 << n))  # [m + 1, n]: empty, full, ...
     v = recorder(masks)[:, column]
     z = masks[1:].astype(np.float64)  # non-empty, the full one first
     y = (v[1:] - v[0])[:, None]  # [m, 1]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from explainers.estimators import gp
+from explainers.estimators.gp_interactions import fits as gp_fits
 from explainers.estimators.gp_interactions import gp_interactions, term_covariances
 from explainers.games import GameRecorder
 from explainers.interactions import distribution_weights, interaction_values
@@ -121,3 +122,15 @@ def test_standard_deviations_cover_the_error() -> None:
         mean, std = gp_interactions(recorder, w, 150, 0, np.random.default_rng(seed))
         inside += [abs(mean[t] - v) <= 2 * std[t] for t, v in exact.interactions.items()]
     assert np.mean(inside) > 0.8
+
+
+def test_auto_and_the_http_options_take_gp() -> None:
+    from explainers.shapley import ShapleyOptions
+
+    assert ShapleyOptions(index="k-SII", estimator="gp").estimator == "gp"
+    game = table_game(tanh_table(N, 0))
+    auto = interaction_values(game, N, index="SII", budget=100, seed=0)
+    assert auto.estimator == "gp" and auto.n_coalitions <= 100
+    many = interaction_values(game, N, index="k-SII", max_order=4, budget=800, seed=0)
+    assert many.estimator.startswith("gp")  # 385 terms x 800 coalitions fit
+    assert not gp_fits(64, 3, 2176)  # auto then answers kernel (KernelSHAPIQ)
