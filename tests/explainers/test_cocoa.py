@@ -109,6 +109,19 @@ def test_swapping_corpus_and_foil_negates_integrated_gradients(
         assert abs(gap) < 0.02 * abs(ea.instance_output_value - ea.base_value) + 1e-4
 
 
+def test_gp_patch_shapley_is_close_to_exact(digits: Model, data: dict[str, np.ndarray]) -> None:
+    """COCOA's game through the sampled estimators (16 patches, 4n coalitions): gp is efficient,
+    near the exact values and within its error bars for most patches."""
+    x = data["x"][0][None]
+    exact = _run(digits, x, data["corpus"], data["foil"], patch_size=2, estimator="exact")
+    gp = _run(digits, x, data["corpus"], data["foil"], patch_size=2, estimator="gp", budget=64)
+    e, g = exact.explanations[0], gp.explanations[0]
+    assert not g.exact and g.n_model_evals <= 64 and g.error_std is not None
+    assert g.values.sum() == pytest.approx(e.values.sum(), abs=1e-6)
+    assert np.corrcoef(g.values, e.values)[0, 1] > 0.9
+    assert np.mean(np.abs(g.values - e.values) <= 2 * g.error_std + 1e-9) >= 0.75
+
+
 def test_exact_patch_shapley_matches_enumeration(
     digits: Model, data: dict[str, np.ndarray]
 ) -> None:

@@ -89,7 +89,7 @@ def test_exact_values_match_an_independent_enumeration(bm25: RankerModel) -> Non
     assert e.exact and e.n_model_evals == 2**n * len(DOCS)
 
 
-@pytest.mark.parametrize("estimator", ["exact", "kernel", "permutation"])
+@pytest.mark.parametrize("estimator", ["exact", "kernel", "permutation", "gp", "regression"])
 def test_values_sum_to_v_all_minus_v_empty(bm25: RankerModel, estimator: str) -> None:
     e = _explain(bm25, QUERY, DOCS, max_players=8, estimator=estimator)
     assert e.details is not None
