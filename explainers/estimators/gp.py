@@ -32,7 +32,10 @@ coalitions or MAX_PLAYERS players it is KernelSHAP on the same plan.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from explainers.estimators import kernel
 from explainers.estimators.kernel import Design, min_coalitions
@@ -47,6 +50,9 @@ MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n 
 MAX_PLAYERS = 512  # ... and players
 CHECK_FROM = 4  # from this many coalitions per player, the check against KernelSHAP ...
 MISFIT = 2.0  # ... answers KernelSHAP where the mean squared gap exceeds this times its variance
+FOLDS = 4  # cross-fitting folds of the drawn pairs in the regression adjustment ...
+MIN_FOLD_PAIRS = 8  # ... fewer when a fold would hold fewer distinct pairs than this
+ADJUST = "best"  # never | flagged | always | selfcheck | best (bench/gp_variants_bench.py)
 
 __all__ = ["MAX_PLAYERS", "MAX_ROWS", "Prior", "gp", "min_coalitions", "posterior", "rounds"]
 
@@ -58,12 +64,31 @@ def _solve_triangular(a: np.ndarray, b: np.ndarray, **kw: bool) -> np.ndarray:
     return np.asarray(solve_triangular(a, b, **kw))
 
 
+@cache
+def _blas() -> ThreadpoolController:
+    """The loaded BLAS libraries, scanned once scipy.linalg is loaded: scipy's wheels bring an
+    OpenBLAS of their own, which a scan before its import misses (kernel._blas: then the
+    triangular solves run unlimited, several times slower on a busy machine)."""
+    import scipy.linalg  # noqa: F401
+
+    return ThreadpoolController()
+
+
+def _invert_lower(low: np.ndarray) -> np.ndarray:
+    """Inverse of a lower triangular matrix (LAPACK trtri)."""
+    from scipy.linalg.lapack import dtrtri
+
+    inv, info = dtrtri(low, lower=1)
+    if info != 0:
+        return _solve_triangular(low, np.eye(len(low)), lower=True, check_finite=False)
+    return np.asarray(inv)
+
+
 def _t975(dof: int | float) -> float:
     """Student's t 97.5% quantile (scipy imported on first use)."""
     from scipy.stats import t
 
     return float(t.ppf(0.975, dof))
-
 
 
 class Prior:
@@ -105,12 +130,14 @@ class Prior:
 
 def _factor(k: np.ndarray, noise: np.ndarray) -> np.ndarray | None:
     """Lower Cholesky factor of k + diag(noise); None when not positive definite."""
+    from scipy.linalg.lapack import dpotrf
+
     a = k.copy()
     a[np.diag_indices_from(a)] += noise
-    try:
-        return np.asarray(np.linalg.cholesky(a))  # steadier than scipy's under load
-    except np.linalg.LinAlgError:
-        return None
+    # LAPACK on the transpose (Fortran order, the same symmetric matrix), in place: half
+    # numpy's time at 256 rows (its checks and copies), a third less at 2048.
+    low, info = dpotrf(a.T, lower=1, clean=1, overwrite_a=1)
+    return np.asarray(low) if info == 0 else None
 
 
 def _noise(m: int, nugget: float) -> np.ndarray:
@@ -179,28 +206,43 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
         if gamma != 1.0:
             trial(theta * n, p, gamma)
     _, prior, nugget, low, s2 = best
-    inv = _solve_triangular(low, np.eye(m), lower=True, check_finite=False)
+    inv = _invert_lower(low)  # L^-1: a third of a solve against the identity
     alpha = inv.T @ (inv @ y)
     s2_loo = (alpha**2 / np.maximum((inv**2).sum(axis=0), 1e-300)[:, None]).mean(axis=0)
     return prior, nugget, np.maximum(s2_loo / s2, 1.0)
 
 
+def _solved(
+    k: np.ndarray, y: np.ndarray, nugget: float
+) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """Cholesky factor of k + the nugget (raised tenfold until positive definite), that
+    nugget, the whitened values and alpha = (k + noise)^-1 y. [m, m], -, [m, k], [m, k]"""
+    low = _factor(k, _noise(len(y), nugget))
+    while low is None:
+        nugget *= 10
+        low = _factor(k, _noise(len(y), nugget))
+    a0 = _solve_triangular(low, y, lower=True, check_finite=False)  # [m, k]
+    return low, nugget, a0, _solve_triangular(low.T, a0, lower=False, check_finite=False)
+
+
 def _mean(
-    k: np.ndarray, cross: np.ndarray, y: np.ndarray, total: np.ndarray, nugget: float
+    k: np.ndarray,
+    cross: np.ndarray,
+    y: np.ndarray,
+    total: np.ndarray,
+    nugget: float,
+    whiten: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Posterior mean of the Shapley values, with what the variance needs: the whitened
-    values and cross-covariances. [n, k], [m, k], [m, n]
+    values and cross-covariances (no rows unless `whiten`). [n, k], [m, k], [m, n]
 
     `k` [m, m] and `cross` [m, n]: the prior's covariances, on one common scale.
     """
-    low = None
-    while low is None:
-        low = _factor(k, _noise(len(y), nugget))
-        nugget *= 10
-    a0 = _solve_triangular(low, y, lower=True, check_finite=False)  # [m, k]
-    alpha = _solve_triangular(low.T, a0, lower=False, check_finite=False)
+    low, _, a0, alpha = _solved(k, y, nugget)
     phi = cross.T @ alpha
     phi += (total - phi.sum(axis=0)) / cross.shape[1]  # rounding only: v(full) is exact
+    if not whiten:
+        return phi, a0, np.zeros((0, cross.shape[1]))
     return phi, a0, _solve_triangular(low, cross, lower=True, check_finite=False)
 
 
@@ -212,6 +254,15 @@ def posterior(
     `masks` [m, n]: the non-empty coalitions, the full one first; `y` [m, k]: v(S) - v(empty);
     `half` [m]: 0 or 1 for the rows of drawn pairs, -1 for the others (both halves).
     """
+    return _posterior(masks, y, total, half)[:2]
+
+
+def _posterior(
+    masks: np.ndarray, y: np.ndarray, total: np.ndarray, half: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]:
+    """`posterior`, with what the regression adjustment reuses: the cross-covariances, the
+    Cholesky factor of the kernel matrix plus nugget (one common scale), that nugget and
+    alpha = its inverse times y. [n, k], [n, k], [m, n], [m, m], -, [m, k]"""
     n = masks.shape[1]
     z = masks.astype(np.float64)
     prior, nugget, inflate = _choose(z, y)
@@ -219,7 +270,10 @@ def posterior(
     norm = max(float(k.diagonal().mean()), 1e-300)
     k /= norm
     cross = prior.cross(z) / norm  # cov(v(S), phi_i) [m, n]
-    phi, a0, v = _mean(k, cross, y, total, nugget)
+    low, used, a0, alpha = _solved(k, y, nugget)
+    phi = cross.T @ alpha
+    phi += (total - phi.sum(axis=0)) / n  # rounding only: v(full) is exact
+    v = _solve_triangular(low, cross, lower=True, check_finite=False)
     var = np.maximum(prior.variance() / norm - (v**2).sum(axis=0), 1e-300)  # [n]
     # [k] the likelihood's scale, held-out calibrated, over m - n degrees of freedom (as a
     # residual variance over m - p: at 2n coalitions the n main effects take half of them),
@@ -232,12 +286,65 @@ def posterior(
         # each, that is, four times the full fit's (variance ~ 1 / pairs): where they differ
         # more, the prior's own variance is too small.
         phis = [
-            _mean(k[np.ix_(rows, rows)], cross[rows], y[rows], total, nugget)[0]
+            _mean(k[np.ix_(rows, rows)], cross[rows], y[rows], total, nugget, whiten=False)[0]
             for rows in (np.flatnonzero(half != 1), np.flatnonzero(half != 0))
         ]
         spread = ((phis[0] - phis[1]) ** 2).mean(axis=0) / 4  # [k]
         s2 = np.maximum(s2, spread / var.mean())
-    return phi, np.sqrt(var[:, None] * s2[None, :])
+    return phi, np.sqrt(var[:, None] * s2[None, :]), cross, low, used, alpha
+
+
+def _adjust(
+    plan: Design,
+    y: np.ndarray,
+    cross: np.ndarray,
+    low: np.ndarray,
+    nugget: float,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Regression-adjusted Monte Carlo with the posterior mean as surrogate (Witter et al.
+    2025, "Regression-adjusted Monte Carlo estimators for Shapley values and probabilistic
+    values"), cross-fitted: for each of FOLDS folds B of the distinct drawn pairs, the posterior
+    mean m_B fitted without B (enumerated rows always in), whose Shapley values are closed-form
+    (cross^T alpha_B); B's pairs take the residual v - m_B, the other rows the residual of the
+    mean surrogate (the nugget's share: v(full) is fitted exactly, so the residual's total is
+    0); KernelSHAP's constrained regression of the residual on the plan, with its
+    delete-a-group jackknife error, is added to the mean of phi(m_B). Every fold from the one
+    factorisation (block leave-out [ours, after Rasmussen & Williams (2006), sec. 5.4.2]: with
+    P = (K + noise)^-1, r_B = P_BB^-1 alpha_B and alpha_B' = alpha - P[:, B] r_B).
+    `cross`, `low`, `nugget`, `alpha`: the posterior's, on its rows (store rows 1 on). None
+    with too few pairs."""
+    from scipy.linalg import cho_factor, cho_solve
+    from scipy.linalg.lapack import dpotri
+
+    firsts = np.unique(plan.draws.reshape(-1, 2)[:, 0])  # one store row per distinct pair
+    folds = min(FOLDS, len(firsts) // MIN_FOLD_PAIRS)
+    if folds < 2:
+        return None
+    fold = np.arange(len(firsts)) % folds  # store order: the order of first draw
+    inv, info = dpotri(low, lower=1)  # P, lower triangle
+    if info != 0:
+        return None
+    p = np.tril(inv) + np.tril(inv, -1).T
+    pc = p @ cross  # [m, n] rows of P cross: cross^T P[:, B] = pc[B]^T
+    phi = np.zeros((cross.shape[1], y.shape[1]))
+    shift = np.zeros_like(alpha)  # sum over folds of P[:, B] r_B
+    resid = np.zeros_like(y)  # [store rows, k]
+    held_any = np.zeros(len(p), dtype=bool)
+    for f in range(folds):
+        held = np.concatenate([firsts[fold == f], firsts[fold == f] + 1]) - 1  # posterior rows
+        r = cho_solve(cho_factor(p[np.ix_(held, held)], lower=True), alpha[held])  # y - m_B
+        phi += cross.T @ alpha - pc[held].T @ r
+        shift += p[:, held] @ r
+        resid[held + 1] = r
+        held_any[held] = True
+    rest = np.flatnonzero(~held_any)  # kept in every fold: y - m_B = noise alpha_B
+    resid[rest + 1] = _noise(len(p), nugget)[rest, None] * (alpha[rest] - shift[rest] / folds)
+    phi_r, error = kernel._fit(plan, resid, resid[1] - resid[0])
+    assert error is not None  # sampled
+    phi /= folds
+    phi += (y[1] - phi.sum(axis=0)) / phi.shape[0]  # rounding only: m_B(full) = v(full)
+    return phi + phi_r, error
 
 
 def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -248,18 +355,39 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
     half = np.full(len(plan.masks), -1)
     pairs = plan.draws.reshape(-1, 2)
     half[pairs] = (np.arange(len(pairs)) % 2)[:, None]  # draws alternate: i.i.d. halves
-    with kernel._blas().limit(limits=1, user_api="blas"):
-        phi, std = posterior(plan.masks[1:], y[1:], total, half[1:])
+    with _blas().limit(limits=1, user_api="blas"):
+        phi, std, cross, low, nugget, alpha = _posterior(plan.masks[1:], y[1:], total, half[1:])
+        if ADJUST == "always":
+            adjusted = _adjust(plan, y, cross, low, nugget, alpha)
+            return (phi, std) if adjusted is None else adjusted
         if len(plan.masks) < CHECK_FROM * plan.masks.shape[1]:
             return phi, std
-        # The prior's misfit is a bias that neither the posterior variance nor the halves see:
-        # KernelSHAP on the same rows is consistent, so where the two differ by more than
-        # KernelSHAP's own (jackknife) error allows, the prior misses part of the game; that
-        # output gets KernelSHAP's answer and error.
-        phi_k, std_k = kernel._fit(plan, y, total)
-    assert std_k is not None  # sampled, not exact
-    misfit = ((phi - phi_k) ** 2).mean(axis=0) > MISFIT * (std_k**2).mean(axis=0)  # [k]
-    phi[:, misfit], std[:, misfit] = phi_k[:, misfit], std_k[:, misfit]
+        # The prior's misfit is a bias that neither the posterior variance nor the halves see.
+        # KernelSHAP on the same rows is consistent, and so is the regression adjustment with
+        # the posterior mean as surrogate (less noisy where the surrogate fits part of the
+        # game): where the posterior differs from the reference by more than the reference's
+        # own (jackknife) error allows, the prior misses part of the game; that output gets
+        # the reference's answer and error.
+        refs: list[tuple[np.ndarray, np.ndarray]] = []  # [k] KernelSHAP, the adjustment
+        if ADJUST in ("never", "flagged", "best"):
+            phi_k, std_k = kernel._fit(plan, y, total)
+            assert std_k is not None  # sampled, not exact
+            refs.append((phi_k, std_k))
+        adjusted = None if ADJUST == "never" else _adjust(plan, y, cross, low, nugget, alpha)
+        if adjusted is not None and ADJUST in ("selfcheck", "best"):
+            refs.append(adjusted)
+        if not refs:
+            return phi, std
+        # per output, the reference of the smaller jackknife error
+        err = np.stack([(e**2).mean(axis=0) for _, e in refs])  # [refs, k]
+        pick = np.argmin(err, axis=0)
+        cols = np.arange(phi.shape[1])
+        phi_r = np.stack([p for p, _ in refs])[pick, :, cols].T
+        std_r = np.stack([e for _, e in refs])[pick, :, cols].T
+        misfit = ((phi - phi_r) ** 2).mean(axis=0) > MISFIT * (std_r**2).mean(axis=0)  # [k]
+        if ADJUST == "flagged" and adjusted is not None:
+            phi_r, std_r = adjusted
+    phi[:, misfit], std[:, misfit] = phi_r[:, misfit], std_r[:, misfit]
     return phi, std
 
 

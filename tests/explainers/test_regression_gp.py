@@ -155,3 +155,40 @@ def test_misfit_output_answers_kernelshap(monkeypatch: pytest.MonkeyPatch) -> No
     mean = {name: np.mean(v, axis=0) for name, v in rmse.items()}
     assert mean["gp"][0] < 0.5 * mean["unchecked"][0]  # the check: 0.036 against 0.100
     assert mean["gp"][1] < 0.6 * mean["kernel"][1]  # the smooth output's posterior: 0.37x
+
+
+def test_regression_adjustment_corrects_a_misfit_prior(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sine of a weighted count (interactions of every order, which the prior smooths
+    over): the cross-fitted regression adjustment with the posterior mean as surrogate (Witter
+    et al. 2025) is closer to exact than the posterior alone (0.05 against 0.10 over seeds),
+    efficient, and its jackknife error_std covers the truth; the estimator's check answers the
+    lower-error consistent reference (here KernelSHAP)."""
+    n = 10
+    w = np.random.default_rng(0).uniform(0.5, 1.5, n)
+
+    def game(masks: np.ndarray) -> np.ndarray:
+        return np.sin(3 * masks.astype(np.float64) @ w)
+
+    truth = shapley_values(game, n, estimator="exact").values
+    rmse: dict[str, list[float]] = {"posterior": [], "adjusted": [], "gp": []}
+    inside = []
+    for seed in range(4):
+        with monkeypatch.context() as patch:
+            patch.setattr(gp, "MISFIT", np.inf)
+            plain = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
+            patch.setattr(gp, "ADJUST", "always")
+            adjusted = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
+        checked = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
+        assert adjusted.error_std is not None
+        np.testing.assert_allclose(
+            adjusted.values.sum(),
+            game(np.ones((1, n), bool))[0] - game(np.zeros((1, n), bool))[0],
+            atol=1e-9,
+        )
+        inside.append(np.abs(adjusted.values - truth) <= 2 * adjusted.error_std)
+        for name, est in (("posterior", plain), ("adjusted", adjusted), ("gp", checked)):
+            rmse[name].append(float(np.sqrt(np.mean((est.values - truth) ** 2))))
+    mean = {name: float(np.mean(v)) for name, v in rmse.items()}
+    assert mean["adjusted"] < 0.7 * mean["posterior"]
+    assert mean["gp"] < 0.7 * mean["posterior"]
+    assert np.mean(inside) >= 0.85
