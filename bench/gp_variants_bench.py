@@ -8,8 +8,15 @@ Variants (gp.ADJUST): never (KernelSHAP for outputs the misfit check flags), fla
 cross-fitted regression adjustment for them instead), flagged_min (the adjustment where its
 jackknife error is below KernelSHAP's, else KernelSHAP), always (the adjustment for every
 output with enough pairs), selfcheck (the posterior checked against the adjustment instead of
-KernelSHAP). Games of at most 16 players are tabulated once (every coalition), so the model
-runs once per game. One thread for torch and BLAS.
+KernelSHAP), best (checked against whichever of the adjustment and KernelSHAP has the smaller
+jackknife error). Games of at most 16 players are tabulated once (every coalition), so the
+model runs once per game. One thread for torch and BLAS.
+
+Own time of gp's fit (one thread; `--gp-file` times another copy of gp.py, e.g. an older one
+from `git show REV:explainers/estimators/gp.py > /tmp/gp_old.py`):
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/gp_variants_bench.py --own-time \
+        [--gp-file /tmp/gp_old.py]
 """
 
 from __future__ import annotations
@@ -45,6 +52,37 @@ class Table:
 
     def __call__(self, masks: np.ndarray) -> np.ndarray:
         return np.asarray(self.values[np.asarray(masks, dtype=np.int64) @ self.bits])
+
+
+def own_time(path: Path | None, repeats: int = 5) -> None:
+    """Seconds of gp's fit (best of `repeats`) at 256, 1024 and 2048 coalitions, 16 and 30
+    players, on a tanh-MLP game of two outputs (KernelSHAP's plan, seed 0)."""
+    import importlib.util
+
+    from explainers.estimators import kernel
+
+    module: Any = gp
+    if path is not None:
+        spec = importlib.util.spec_from_file_location("gp_other", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    print("| players | coalitions | fit s |\n|---|---|---|")
+    for n in (16, 30):
+        rng = np.random.default_rng(0)
+        w1, w2 = rng.normal(size=(n, 32)) * 2 / np.sqrt(n), rng.normal(size=(32, 2))
+        for m in (256, 1024, 2048):
+            planner = kernel.Planner(n, "kernel", np.random.default_rng(0))
+            planner.extend(m)
+            plan = planner.design()
+            v = np.tanh(plan.masks.astype(np.float64) @ w1 - 0.5) @ w2
+            y = v - v[0]
+            seconds = []
+            for _ in range(repeats + 1):
+                t0 = time.perf_counter()
+                module._fit(plan, y, y[1].copy())
+                seconds.append(time.perf_counter() - t0)
+            print(f"| {n} | {m} | {min(seconds[1:]):.3f} |", flush=True)
 
 
 def run_case(case: rb.Case, seeds: int, variants: list[str], peers: dict[str, Any]) -> dict:
@@ -89,7 +127,7 @@ def report(results: list[dict[str, Any]], variants: list[str]) -> None:
         for mult in rb.MULTIPLES:
             cells = []
             for v in variants:
-                ratio = np.mean([r["budgets"][str(mult)][v]["over_best_peer"] for r in rs])
+                ratio = np.nanmean([r["budgets"][str(mult)][v]["over_best_peer"] for r in rs])
                 cover = np.mean([r["budgets"][str(mult)][v]["within_2_se"] for r in rs])
                 cells.append(f"{ratio:.2f} ({cover:.2f})")
             print(f"| {mult}n | " + " | ".join(cells) + " |")
@@ -101,14 +139,21 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--count", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--peers", type=Path, required=True, help="a regression_bench JSON")
+    parser.add_argument("--peers", type=Path, help="a regression_bench JSON")
+    parser.add_argument("--own-time", action="store_true", help="time gp's fit instead")
+    parser.add_argument("--gp-file", type=Path, help="with --own-time: another gp.py")
     parser.add_argument("--out", type=Path, default=Path("/tmp/gp_variants.json"))
     parser.add_argument("--set", action="append", default=[], help="gp constant, NAME=VALUE")
     args = parser.parse_args()
     for item in args.set:
         name, value = item.split("=")
         setattr(gp, name, type(getattr(gp, name))(float(value)))
+    if args.own_time:
+        own_time(args.gp_file)
+        return
     variants = args.variants.split(",")
+    if args.peers is None:
+        parser.error("--peers is required")
     peers = json.loads(args.peers.read_text())
     makers = {
         "tanh16": lambda: rb.tanh_cases(args.count),
