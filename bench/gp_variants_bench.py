@@ -147,7 +147,8 @@ def main() -> None:
     args = parser.parse_args()
     for item in args.set:
         name, value = item.split("=")
-        setattr(gp, name, type(getattr(gp, name))(float(value)))
+        kind = type(getattr(gp, name))
+        setattr(gp, name, value if kind is str else kind(float(value)))
     if args.own_time:
         own_time(args.gp_file)
         return

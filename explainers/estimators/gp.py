@@ -325,6 +325,7 @@ def _adjust(
     `cross`, `low`, `nugget`, `alpha`: the posterior's, on its rows (store rows 1 on). None
     with too few pairs."""
     from scipy.linalg import cho_factor, cho_solve
+    from scipy.linalg.blas import dsymm
     from scipy.linalg.lapack import dpotri
 
     firsts = np.unique(plan.draws.reshape(-1, 2)[:, 0])  # one store row per distinct pair
@@ -332,27 +333,27 @@ def _adjust(
     if folds < 2:
         return None
     fold = np.arange(len(firsts)) % folds  # store order: the order of first draw
-    inv, info = dpotri(low, lower=1)  # P, lower triangle
+    inv, info = dpotri(low, lower=1)  # P in the lower triangle (the upper one is stale)
     if info != 0:
         return None
-    p = np.tril(inv) + np.tril(inv, -1).T
-    pc = p @ cross  # [m, n] rows of P cross: cross^T P[:, B] = pc[B]^T
-    phi = np.zeros((cross.shape[1], y.shape[1]))
-    shift = np.zeros_like(alpha)  # sum over folds of P[:, B] r_B
     resid = np.zeros_like(y)  # [store rows, k]
-    held_any = np.zeros(len(p), dtype=bool)
+    held_r = np.zeros_like(alpha)  # r_B on every fold's rows B
+    rest = np.ones(len(alpha), dtype=bool)  # rows kept in every fold
+    rest[0] = False  # the full coalition: fitted exactly, residual 0
     for f in range(folds):
-        held = np.concatenate([firsts[fold == f], firsts[fold == f] + 1]) - 1  # posterior rows
-        r = cho_solve(cho_factor(p[np.ix_(held, held)], lower=True), alpha[held])  # y - m_B
-        phi += cross.T @ alpha - pc[held].T @ r
-        shift += p[:, held] @ r
-        resid[held + 1] = r
-        held_any[held] = True
-    rest = np.flatnonzero(~held_any)  # kept in every fold: y - m_B = noise alpha_B
-    resid[rest + 1] = _noise(len(p), nugget)[rest, None] * (alpha[rest] - shift[rest] / folds)
+        held = np.sort(np.concatenate([firsts[fold == f], firsts[fold == f] + 1]) - 1)
+        # sorted rows: the lower triangle of P_BB is P's (all that cho_factor reads)
+        factor = cho_factor(inv[np.ix_(held, held)], lower=True, check_finite=False)
+        held_r[held] = cho_solve(factor, alpha[held], check_finite=False)  # y_B - m_B(B)
+        rest[held] = False
+    resid[1:] = held_r
+    # sum over folds of P[:, B] r_B, from the lower triangle (symmetric product)
+    shift = dsymm(1.0, inv, held_r, lower=1)
+    mean_alpha = alpha - shift / folds  # the mean of the folds' alphas (zero on their B)
+    resid[1:][rest] = nugget * mean_alpha[rest]  # y - m_B = noise alpha_B, mean over folds
+    phi = cross.T @ mean_alpha  # the mean of phi(m_B) = cross^T alpha_B
     phi_r, error = kernel._fit(plan, resid, resid[1] - resid[0])
     assert error is not None  # sampled
-    phi /= folds
     phi += (y[1] - phi.sum(axis=0)) / phi.shape[0]  # rounding only: m_B(full) = v(full)
     return phi + phi_r, error
 
