@@ -147,7 +147,7 @@ def test_misfit_output_answers_kernelshap(monkeypatch: pytest.MonkeyPatch) -> No
         np.testing.assert_array_equal(g.error_std[:, 0], k.error_std[:, 0])
         assert not np.allclose(g.values[:, 1], k.values[:, 1])
         with monkeypatch.context() as patch:
-            patch.setattr(gp, "MISFIT", np.inf)
+            patch.setattr(gp, "BEST_MISFIT", np.inf)
             raw = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed).values
             below = shapley_values(game, n, estimator="gp", budget=3 * n, seed=seed).values
         patch_free = shapley_values(game, n, estimator="gp", budget=3 * n, seed=seed).values
@@ -176,7 +176,7 @@ def test_regression_adjustment_corrects_a_misfit_prior(monkeypatch: pytest.Monke
     inside = []
     for seed in range(4):
         with monkeypatch.context() as patch:
-            patch.setattr(gp, "MISFIT", np.inf)
+            patch.setattr(gp, "BEST_MISFIT", np.inf)
             plain = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
             patch.setattr(gp, "ADJUST", "always")
             adjusted = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
