@@ -173,9 +173,14 @@ def interaction_values(
     budget: int | None = None,
     seed: int = 0,
     output: int | None = 0,
+    gp_auto: bool = True,
 ) -> Estimate:
     """Interaction index values of `game` for one output (`output`; None = v(all)'s argmax):
-    `interactions` holds every term of order 1..max_order, `values` the first-order ones."""
+    `interactions` holds every term of order 1..max_order, `values` the first-order ones.
+
+    `gp_auto` False: `auto` never picks gp (the explainers pass it for text games, where gp's
+    prior misses word interactions: its first-order k-SII terms are biased, docs/benchmarks.md).
+    """
     if index not in INDICES:
         raise OptionError(f"unknown index {index!r}; use one of {INDICES}")
     if not 1 <= max_order <= n_players:
@@ -188,7 +193,7 @@ def interaction_values(
     fits = exact_estimator.fits(n_players, coalitions)
     if estimator == "auto":
         estimator = "exact" if fits else _DEFAULT_SAMPLED[index]
-        if estimator == "gp" and not gp_fits(n_players, k, coalitions):
+        if estimator == "gp" and not (gp_auto and gp_fits(n_players, k, coalitions)):
             estimator = "kernel"
     if estimator == "exact":
         if not fits:

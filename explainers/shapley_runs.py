@@ -118,5 +118,6 @@ def interactions_one(game: Game, n_players: int, run: Run) -> Explanation:
         budget=budget,
         seed=seed,
         output=output,
+        gp_auto=model.modality != "text",
     )
     return pick(res, model, target)

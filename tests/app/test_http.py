@@ -335,6 +335,26 @@ def test_interactions_through_http(client: TestClient) -> None:
     assert r.status_code == 400
 
 
+def test_interactions_auto_picks_gp_except_on_text(client: TestClient) -> None:
+    """auto's sampled SII/k-SII: gp's posterior on tabular (and image) games, KernelSHAP-IQ on
+    text, where gp's prior misses word interactions (docs/benchmarks.md)."""
+    k_sii = {"index": "k-SII"}
+    tabular = explain(
+        client,
+        "/v2/models/breast-cancer-mlp/explain/shapley",
+        {"inputs": [[10.0] * 30], "budget": 20000, "parameters": k_sii},
+    )["data"]["explanations"][0]
+    assert tabular["estimator"] == "gp" and tabular["error_std"] is not None
+    sentence = "The service was slow, but the food arrived warm and the staff were kind."
+    text = explain(
+        client,
+        "/v2/models/sentiment-minilm/explain/shapley",
+        {"inputs": [sentence], "budget": 300, "parameters": k_sii},
+    )["data"]["explanations"][0]
+    assert "KernelSHAPIQ" in text["estimator"] and text["n_model_evals"] <= 300
+    assert len(text["interactions"]["values"]) == 14 + 91
+
+
 def test_api_allocation_through_http(client: TestClient) -> None:
     row = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
     sv = explain(client, DIABETES, {"inputs": [row]})["data"]["explanations"][0]["values"]
