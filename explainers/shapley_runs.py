@@ -44,6 +44,7 @@ def shapley_one(game: Game, n_players: int, run: Run) -> Explanation:
         sampler=options.sampler,
         target_se=options.target_se,
         target_output=target if target is not None else partial(explained, model),
+        costly=model.modality == "text",
     )
     return pick(est, model, target)
 

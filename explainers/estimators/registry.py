@@ -54,10 +54,20 @@ SAMPLER_NAMES: tuple[str, ...] = get_args(SamplerName)
 
 
 def choose_estimator(
-    estimator: str, n_players: int, budget: int, cost: int = 1, target: bool = False
+    estimator: str,
+    n_players: int,
+    budget: int,
+    cost: int = 1,
+    target: bool = False,
+    costly: bool = False,
 ) -> str:
-    """Resolve `auto` (exact when 2^n fits, else gp below 3n coalitions, else kernel) and
-    check the budget suffices.
+    """Resolve `auto` (exact when 2^n fits, else gp below 3n coalitions or for a `costly`
+    game, else kernel) and check the budget suffices.
+
+    `costly`: a coalition costs far more than gp's own fit (text models: a transformer pass
+    each, about 3 ms on one core for MiniLM against gp's 0.04-0.3 s for 2,000 coalitions); gp
+    is then at least as accurate as KernelSHAP on the same coalitions at most budgets and
+    0.6x its RMSE from 32n on sentiment-minilm words (docs/benchmarks.md).
 
     gp below 3n: KernelSHAP's regression is then nearly square (2n: n-1 pairs for n-1 free
     values) and its error can exceed the values; the GP posterior is well posed and costs
@@ -70,8 +80,9 @@ def choose_estimator(
         fits = exact.fits(n_players, coalitions)
         if target:
             fits = fits and (1 << n_players) <= default_budget(n_players)
-        few = not target and coalitions < GP_BELOW * n_players <= GP_BELOW * gp.MAX_PLAYERS
-        estimator = "exact" if fits or n_players == 1 else "gp" if few else "kernel"
+        use_gp = not target and (costly or coalitions < GP_BELOW * n_players)
+        use_gp = use_gp and n_players <= gp.MAX_PLAYERS
+        estimator = "exact" if fits or n_players == 1 else "gp" if use_gp else "kernel"
     if estimator not in _BY_NAME:
         raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
     if estimator == "exact" and n_players > exact.MAX_PLAYERS:
@@ -96,8 +107,11 @@ def shapley_values(
     sampler: str = "kernel",
     target_se: float | None = None,
     target_output: OutputRule = None,
+    costly: bool = False,
 ) -> Estimate:
     """Shapley values of `game` (bool masks [m, n] -> values [m] or [m, k]).
+
+    `costly`: each coalition costs far more than gp's fit (choose_estimator; text models).
 
     `budget` counts model evaluations: coalitions times `game.rows_per_coalition` (default 1).
     `target_se`: sample in rounds until every error_std of `target_output` (an index, a rule
@@ -111,7 +125,9 @@ def shapley_values(
     target = None if target_se is None else Target(float(target_se), target_output)
     if budget is None:
         budget = default_budget(n_players, cost, estimator, target=target is not None)
-    name = choose_estimator(estimator, n_players, budget, cost, target=target is not None)
+    name = choose_estimator(
+        estimator, n_players, budget, cost, target=target is not None, costly=costly
+    )
     if n_players == 1:
         name = "exact"
     recorder = GameRecorder(game, n_players, budget)

@@ -353,6 +353,15 @@ def test_interactions_auto_picks_gp_except_on_text(client: TestClient) -> None:
     )["data"]["explanations"][0]
     assert "KernelSHAPIQ" in text["estimator"] and text["n_model_evals"] <= 300
     assert len(text["interactions"]["values"]) == 14 + 91
+    # Shapley values of a text model: gp at every budget (a MiniLM pass per coalition costs
+    # far more than gp's fit); kernel for a cheap tabular model from 3n coalitions
+    sv = explain(
+        client,
+        "/v2/models/sentiment-minilm/explain/shapley",
+        {"inputs": [sentence], "budget": 300},
+    )["data"]["explanations"][0]
+    assert sv["estimator"] == "gp" and sv["n_model_evals"] <= 300
+    assert sum(sv["values"]) == pytest.approx(sv["instance_output_value"] - sv["base_value"])
 
 
 def test_api_allocation_through_http(client: TestClient) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from explainers import BudgetError, shapley_values
 from explainers.estimators import gp
+from explainers.estimators.registry import choose_estimator
 from tests.explainers.test_regression_estimator import Counting, tanh_game
 
 
@@ -65,11 +66,15 @@ def test_posterior_recovers_an_additive_game_from_few_rows(n: int, coalitions: i
     assert gp.MAX_ROWS >= 2048 + 2 * 64  # the default budget fits up to 64 players
 
 
-def test_auto_picks_gp_below_3n_only() -> None:
+def test_auto_picks_gp_below_3n_or_for_costly_games() -> None:
     n = 24
     game = tanh_game(n, 3)
     assert shapley_values(game, n, budget=(3 * n - 1) * 30, seed=0).estimator == "gp"
     assert shapley_values(game, n, budget=3 * n * 30, seed=0).estimator == "kernel"
+    costly = shapley_values(game, n, budget=16 * n * 30, seed=0, costly=True)
+    assert costly.estimator == "gp" and costly.n_coalitions <= 16 * n
+    assert choose_estimator("auto", n, 16 * n, costly=True, target=True) == "kernel"
+    assert choose_estimator("auto", 10, 2048, costly=True) == "exact"
 
 
 def test_prior_covariances_match_the_dividend_sums() -> None:
