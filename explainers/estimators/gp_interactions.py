@@ -32,6 +32,7 @@ from explainers.games import GameRecorder
 
 MAX_CELLS = 5_000_000  # coalitions times terms: beyond, seconds and gigabytes for one fit
 MAX_ROWS = 4096  # at most this many coalitions in the fit (the rest of a budget is unspent)
+CALIBRATE = "halves"
 
 __all__ = ["MAX_CELLS", "MAX_ROWS", "fits", "gp_interactions", "term_covariances"]
 
@@ -156,10 +157,15 @@ def gp_interactions(
             f"{n} players to order {k} at {coalitions} coalitions: too many terms for gp "
             "(a smaller max_order or budget, or the kernel estimator)"
         )
-    masks = planner.extend(min(coalitions, MAX_ROWS + 1, 1 << n))  # [m + 1, n]: empty, full, ...
+    planner.extend(min(coalitions, MAX_ROWS + 1, 1 << n))
+    plan = planner.design()
+    masks = plan.masks  # [m + 1, n]: empty, full, ...
     v = recorder(masks)[:, column]
     z = masks[1:].astype(np.float64)  # non-empty, the full one first
     y = (v[1:] - v[0])[:, None]  # [m, 1]
+    half = np.full(len(masks), -1)
+    pairs = plan.draws.reshape(-1, 2)
+    half[pairs] = (np.arange(len(pairs)) % 2)[:, None]  # draws alternate: i.i.d. halves
     with kernel._blas().limit(limits=1, user_api="blas"):
         prior, nugget, inflate = gp._choose(z, y)
         cov = prior.cov(z)
@@ -168,18 +174,29 @@ def gp_interactions(
         keys, cross = term_covariances(prior, z, weights)
         cross /= norm  # [m, terms]
         _, prior_var = term_covariances(prior, np.ones((1, n)), weights, square=True)
-        low = None
-        while low is None:
-            low = gp._factor(cov, gp._noise(len(y), nugget))
-            nugget *= 10
-        a0 = gp._solve_triangular(low, y, lower=True, check_finite=False)  # [m, 1]
-        alpha = gp._solve_triangular(low.T, a0, lower=False, check_finite=False)
+        low, nugget, a0, alpha = gp._solved(cov, y, nugget)
         mean = cross.T @ alpha[:, 0]  # [terms]
         white = gp._solve_triangular(low, cross, lower=True, check_finite=False)
         var = np.maximum(prior_var[0] / norm - (white**2).sum(axis=0), 1e-300)
-    m = len(y)
-    s2 = float((a0**2).mean()) * float(inflate[0]) * m / max(m - n, 1)
-    std = np.sqrt(var * s2)
+        m = len(y)
+        dof = max(m - n, 1)
+        s2 = float((a0**2).mean()) * float(inflate[0]) * m / dof
+        if CALIBRATE != "none":
+            s2 *= (gp._t975(dof) / 1.96) ** 2
+        scale = np.full(len(keys), s2)
+        rows = [np.flatnonzero(h != 1) for h in (half[1:], 1 - half[1:])]
+        if CALIBRATE.startswith("halves") and min(len(r) for r in rows) < m:
+            order = np.array([len(key) for key in keys])
+            means = [
+                cross[r].T @ gp._solved(cov[np.ix_(r, r)], y[r], nugget)[3][:, 0] for r in rows
+            ]
+            gap = (means[0] - means[1]) ** 2 / 4  # each half's variance, twice the full's
+            groups = [order == t for t in np.unique(order)]
+            if CALIBRATE == "halves_all":
+                groups = [order > 0]
+            for g in groups:
+                scale[g] = max(s2, float(gap[g].mean() / var[g].mean()))
+    std = np.sqrt(var * scale)
     return (
         dict(zip(keys, mean.tolist(), strict=True)),
         dict(zip(keys, std.tolist(), strict=True)),
