@@ -19,9 +19,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.regression_bench import (  # noqa: E402
+from bench.regression_bench import (
     MULTIPLES,
     Case,
     Timed,
@@ -30,10 +30,10 @@ from bench.regression_bench import (  # noqa: E402
     peers,
     tanh_cases,
 )
-from explainers import shapley_values  # noqa: E402
-from explainers.estimators import gp_orders  # noqa: E402
-from explainers.estimators.base import Estimate  # noqa: E402
-from explainers.games import GameRecorder  # noqa: E402
+from explainers import shapley_values
+from explainers.estimators import gp_orders
+from explainers.estimators.base import Estimate
+from explainers.games import GameRecorder
 
 
 def _orders(game: Timed, n: int, budget: int, seed: int, check: bool) -> Estimate:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from explainers.estimators import gp, kernel
+from explainers.estimators.base import Estimate
 from explainers.estimators.kernel import Design
 
 ORDERS = 5  # interaction orders with a free weight (the rest: the geometric law)
@@ -36,7 +37,7 @@ RESTARTS = ((), (1.0,), (1.0, 0.5, 0.25, 0.125, 0.0625))  # initial shares (afte
 BLOCK = 512  # rows per block of the intersection polynomials
 CHECK = True  # gp.py's misfit check from CHECK_FROM * n coalitions
 
-__all__ = ["ORDERS", "OrderPrior", "gp_orders", "rounds"]
+__all__ = ["ORDERS", "Estimate", "OrderPrior", "gp_orders", "intersections", "rounds"]
 
 
 def _row_elementary(z: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
