@@ -110,18 +110,29 @@ def test_budget_seed_and_efficiency(index: str) -> None:
         assert float(runs[0].efficiency_gap) < 1e-6
 
 
-def test_standard_deviations_cover_the_error() -> None:
-    """Measured: 95-97% of k-SII terms within two standard deviations (4 seeds, 110 terms)."""
-    inside = []
-    for seed in range(4):
+@pytest.mark.parametrize("budget", [300, 600])
+def test_standard_deviations_cover_the_error(budget: int) -> None:
+    """Measured (6 seeds, SII and k-SII, 660 terms): 97% within two sds at 300 coalitions,
+    94% at 600, order 1 95% / 91%; mean sd over the RMS error 1.11 / 0.97
+    (bench/gp_interactions_calibration.py on 16-30 players: 93-100%)."""
+    inside: dict[int, list[bool]] = {1: [], 2: []}
+    ratios = []
+    for seed in range(6):
         table = tanh_table(N, seed)
-        exact = interaction_values(table_game(table), N, index="k-SII", estimator="exact")
-        assert exact.interactions is not None
-        recorder = GameRecorder(table_game(table), N, 150)
-        w = distribution_weights("k-SII", N, 2)
-        mean, std = gp_interactions(recorder, w, 150, 0, np.random.default_rng(seed))
-        inside += [abs(mean[t] - v) <= 2 * std[t] for t, v in exact.interactions.items()]
-    assert np.mean(inside) > 0.8
+        for index in ("SII", "k-SII"):
+            exact = interaction_values(table_game(table), N, index=index, estimator="exact")
+            assert exact.interactions is not None
+            recorder = GameRecorder(table_game(table), N, budget)
+            w = distribution_weights(index, N, 2)
+            mean, std = gp_interactions(recorder, w, budget, 0, np.random.default_rng(seed))
+            for t, v in exact.interactions.items():
+                inside[len(t)].append(abs(mean[t] - v) <= 2 * std[t])
+            err = np.array([mean[t] - v for t, v in exact.interactions.items()])
+            ratios.append(np.mean([std[t] for t in exact.interactions]) / np.sqrt(np.mean(err**2)))
+    coverage = np.mean(inside[1] + inside[2])
+    assert 0.9 < coverage < 0.995
+    assert np.mean(inside[1]) > 0.85 and np.mean(inside[2]) > 0.9
+    assert 0.7 < np.mean(ratios) < 1.6  # honest, not absurdly wide
 
 
 def test_auto_and_the_http_options_take_gp() -> None:
