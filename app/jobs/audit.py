@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -124,13 +125,21 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     if prepared:
         svc.metrics.cache.labels(next(iter(prepared.values())).status).inc(len(prepared))
     answers: dict[str, str] = {}  # cache key -> JSON of the answers computed here
-    try:
-        _compute(ctx, job, prepared, pending, answers)
-    finally:  # cancelled or failed part-way: what was computed is still a valid answer
+
+    def flush() -> None:
+        """Cache the answers computed so far, in one round trip. Before their results are
+        stored: a worker killed in between leaves instances that a redelivery recomputes (or
+        finds cached), never stored results that no later run puts in the cache."""
         try:
             svc.cache.set_many(answers)
         except CacheUnavailable as exc:
             log.warning("job %s: %d answers not cached: %s", job.id, len(answers), exc)
+        answers.clear()
+
+    try:
+        _compute(ctx, job, prepared, pending, answers, flush)
+    finally:  # cancelled or failed part-way: what was computed is still a valid answer
+        flush()
 
 
 def _compute(
@@ -139,8 +148,10 @@ def _compute(
     prepared: dict[int, Prepared],
     pending: dict[int, dict[str, Any]],
     answers: dict[str, str],
+    flush: Callable[[], None],
 ) -> None:
-    """Compute the instances that missed; store results every WRITE_EVERY and at the end."""
+    """Compute the instances that missed; store results every WRITE_EVERY and at the end,
+    each time after `flush` has cached the answers computed since the last."""
     watch = CancelWatch(ctx, job.id)
     for count, (i, p) in enumerate(prepared.items(), start=1):
         if watch():  # the remaining instances don't run
@@ -156,9 +167,11 @@ def _compute(
         if count % WRITE_EVERY == 0:
             if watch(fresh=True):  # nothing is stored after a cancel
                 return
+            flush()
             ctx.store.add_results(job.id, pending)
             pending = {}
     if not watch(fresh=True):
+        flush()
         ctx.store.add_results(job.id, pending)
 
 

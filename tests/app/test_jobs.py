@@ -249,6 +249,41 @@ def test_no_results_after_a_cancel(db: str) -> None:
     assert store.stored_indices(job.id, range(4)) == {0}
 
 
+def test_audit_caches_answers_before_storing_their_results(
+    db: str,
+    registry: ModelRegistry,
+    model_dir: Path,
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker killed between the two writes must not leave stored results that no later run
+    caches (a redelivered chunk skips stored instances): each result write finds its answers
+    in Redis already."""
+    import redis
+
+    from app.jobs.store import JobStore
+
+    client_redis = redis.Redis.from_url(redis_server.url)
+    seen: list[tuple[int, int]] = []  # (results stored so far incl. this write, cached answers)
+    stored = 0
+    original = JobStore.add_results
+
+    def add_results(self: JobStore, job_id: str, results: dict[int, Any]) -> int:
+        nonlocal stored
+        stored += len(results)
+        seen.append((stored, len(client_redis.keys("attr:v1:*"))))
+        return original(self, job_id, results)
+
+    monkeypatch.setattr(JobStore, "add_results", add_results)
+    audit = {**AUDIT, "inputs": ROWS[:24], "chunk_size": 12, "seed": 21}  # writes at 10 and 12
+    cached = {"redis_url": redis_server.url, "job_queue": "inprocess"}
+    with app_for(db, registry, model_dir, **cached) as client:
+        first = wait(client, client.post("/v2/jobs", json=audit).json()["id"])
+    assert first["status"] == "succeeded" and first["summary"]["cache_hits"] == 0
+    assert len(seen) >= 4 and seen[-1][0] == 24
+    assert all(answers >= results for results, answers in seen), seen
+
+
 def test_audit_uses_one_cache_round_trip_per_chunk_each_way(
     db: str, registry: ModelRegistry, model_dir: Path, redis_server: RedisServer
 ) -> None:
