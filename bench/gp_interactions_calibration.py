@@ -49,7 +49,9 @@ def table_game(game: object, n: int, out: int) -> object:
     return lambda m: table[(np.atleast_2d(m).astype(np.int64) * weights).sum(axis=1)][:, None]
 
 
-def cases(names: list[str]) -> list[tuple[str, object, int, int, dict[str, Terms], Terms]]:
+def cases(
+    names: list[str], indices: tuple[str, ...] = ("SII", "k-SII")
+) -> list[tuple[str, object, int, int, dict[str, Terms], Terms]]:
     """(label, game, n, output, {index: reference}, reference's own sd per term)."""
     from bench.regression_bench import breast_cases, digits_cases, tanh_cases
 
@@ -62,11 +64,11 @@ def cases(names: list[str]) -> list[tuple[str, object, int, int, dict[str, Terms
     for label, game, n, col in small:
         tg = table_game(game, n, col)
         refs = {}
-        for index in ("SII", "k-SII"):
+        for index in indices:
             ex = interaction_values(tg, n, index=index, estimator="exact", max_order=2)
             assert ex.interactions is not None
             refs[index] = dict(ex.interactions)
-        out.append((label, tg, n, 0, refs, {t: 0.0 for t in refs["SII"]}))
+        out.append((label, tg, n, 0, refs, {t: 0.0 for t in refs[indices[0]]}))
     if "breast" in names:
         from bench.interactions_bench import terms
 
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--factors", default="4,16,64")
     parser.add_argument("--variant", default=None)
+    parser.add_argument("--indices", default="SII,k-SII", help="on tanh16 and digits2")
     args = parser.parse_args()
     if args.variant is not None:
         gpi.CALIBRATE = args.variant  # type: ignore[attr-defined]
@@ -126,7 +129,8 @@ def main() -> None:
         "| case | index | coalitions | within 2 sd (all) | order 1 | order 2 | sd / RMSE | own s |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for label, game, n, col, refs, ref_sd in cases(args.games.split(",")):
+    indices = tuple(args.indices.split(","))
+    for label, game, n, col, refs, ref_sd in cases(args.games.split(","), indices):
         for index, ref in refs.items():
             for factor in [int(f) for f in args.factors.split(",")]:
                 runs = [

@@ -153,14 +153,18 @@ def _approximators() -> dict[tuple[str, str], Callable[..., Any]]:
 
 SAMPLED_ESTIMATORS = ("kernel", "svarm", "permutation", "gp")
 GP_INDICES = ("SII", "k-SII", "STII", "FSII", "FBII")  # gp_interactions.py: any linear index
+# auto's sampled estimator (gp: not on text games, see interaction_values); RMSE of gp over the
+# best of shapiq's at equal coalitions, 4n-64n, tanh and breast-cancer games
+# (bench/gp_interactions_bench.py, docs/benchmarks.md)
 _DEFAULT_SAMPLED = {
     "SV": "kernel",
-    "SII": "gp",  # 0.27-0.80x the best shapiq RMSE, 4n-64n (bench/gp_interactions_bench.py)
-    "k-SII": "gp",
-    "STII": "permutation",  # SVARM-IQ was slowest and least accurate (docs/benchmarks.md)
-    "FSII": "kernel",
-    "FBII": "kernel",
+    "SII": "gp",  # 0.43-0.80x
+    "k-SII": "gp",  # 0.27-0.77x
+    "STII": "gp",  # 0.19-1.04x PermutationSamplingSTII (SVARM-IQ is worse)
+    "FSII": "gp",  # 0.05-0.50x RegressionFSII
+    "FBII": "gp",  # 0.02-0.84x RegressionFBII
 }
+_SAMPLED_FALLBACK = {"STII": "permutation"}  # where gp does not apply (else kernel)
 
 
 def interaction_values(
@@ -194,7 +198,7 @@ def interaction_values(
     if estimator == "auto":
         estimator = "exact" if fits else _DEFAULT_SAMPLED[index]
         if estimator == "gp" and not (gp_auto and gp_fits(n_players, k, coalitions)):
-            estimator = "kernel"
+            estimator = _SAMPLED_FALLBACK.get(index, "kernel")
     if estimator == "exact":
         if not fits:
             raise BudgetError(

@@ -158,11 +158,18 @@ def test_permutation_uses_its_budget_on_the_memoised_game(index: str) -> None:
     assert len(res.interactions) == n + n * (n - 1) // 2  # unsampled terms are present, as 0
 
 
-def test_stii_default_is_permutation() -> None:
+def test_sampled_default_is_gp_else_shapiq() -> None:
+    """auto's sampled estimator: gp for every index; on text games (gp_auto False) shapiq's,
+    permutation sampling for STII and KernelSHAP-IQ for the others."""
     n = 12
     game = table_game(random_table(n, seed=9))
-    res = interaction_values(game, n, index="STII", budget=500)
+    for index in ("SII", "k-SII", "STII", "FSII", "FBII"):
+        res = interaction_values(game, n, index=index, budget=500)
+        assert res.estimator == "gp" and res.n_evaluations <= 500
+    res = interaction_values(game, n, index="STII", budget=500, gp_auto=False)
     assert res.estimator.startswith("permutation") and res.n_evaluations <= 500
+    res = interaction_values(game, n, index="FSII", budget=500, gp_auto=False)
+    assert res.estimator == "kernel (shapiq RegressionFSII)"
 
 
 def test_interactions_and_shapley_values_share_one_result_type() -> None:
