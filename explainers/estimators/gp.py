@@ -13,8 +13,9 @@ cov(phi_i, v(S)) = s^2 [q_i + (gamma / theta) u_i (int_0^1 prod_{S - i}(1 + x u)
 in the sampled coalitions, every order of interaction at once. theta = tau / n, p, gamma and a
 nugget (the part of the game the prior misses) are chosen by marginal likelihood on
 max(PILOT_ROWS, 2n) rows (every combination of the grid on 3n to FULL_GRID_ROWS rows, else one
-parameter at a time: at 4n the full grid took the 16-player tanh games from 1.03x to 0.88x the
-best peer's RMSE, digits 2x2 from 0.84x to 0.79x, for 10-25 ms); s^2 is the likelihood's on
+parameter at a time: the full grid took the 16-player tanh games from 1.03x to 0.88x the best
+peer's RMSE at 4n, digits 2x2 from 0.84x, 0.65x, 0.63x to 0.79x, 0.52x, 0.47x at 4n, 32n, 64n,
+for up to 0.1-0.15 s); s^2 is the likelihood's on
 all rows, raised to the leave-one-out estimate where larger, over m - n degrees of freedom,
 times Student's t over the normal quantile, and raised again where two fits on complementary
 halves of the drawn pairs differ by more than it allows (the prior's own variance can be wrong;
@@ -58,7 +59,7 @@ FLOOR = 0.05  # ... at least this share of the largest (an unseen effect keeps p
 GAMMAS = (0.25, 1.0, 4.0)  # variance of order >= 2 relative to the geometric law from order 1
 NUGGETS = (1e-6, 1e-4, 1e-3, 1e-2)  # unexplained variance, relative to the kernel's diagonal
 PILOT_ROWS = 256  # rows (at least 2n) of the marginal-likelihood choice of the prior
-FULL_GRID_ROWS = 128  # up to this many rows every combination of the grid, else one at a time
+FULL_GRID_ROWS = 256  # up to this many rows every combination of the grid, else one at a time
 MAX_ROWS = 2560  # at most this many coalitions in the fit (default budgets: 2n + 2048) ...
 MAX_PLAYERS = 512  # ... and players
 CHECK_FROM = 4  # from this many coalitions per player, the check against a reference ...
