@@ -158,11 +158,11 @@ GP_INDICES = ("SII", "k-SII", "STII", "FSII", "FBII")  # gp_interactions.py: any
 # (bench/gp_interactions_bench.py, docs/benchmarks.md)
 _DEFAULT_SAMPLED = {
     "SV": "kernel",
-    "SII": "gp",  # 0.43-0.80x
-    "k-SII": "gp",  # 0.27-0.77x
-    "STII": "gp",  # 0.19-1.04x PermutationSamplingSTII (SVARM-IQ is worse)
+    "SII": "gp",  # 0.32-0.79x
+    "k-SII": "gp",  # 0.27-0.76x
+    "STII": "gp",  # 0.17-1.01x PermutationSamplingSTII (SVARM-IQ is worse)
     "FSII": "gp",  # 0.05-0.50x RegressionFSII
-    "FBII": "gp",  # 0.02-0.84x RegressionFBII
+    "FBII": "gp",  # 0.02-0.75x RegressionFBII
 }
 _SAMPLED_FALLBACK = {"STII": "permutation"}  # where gp does not apply (else kernel)
 
