@@ -140,7 +140,7 @@ class ExplanationOut(BaseModel):
         default_factory=list,
         description="reasons to trust this explanation less (empty when there are none): "
         "noisy_estimate, flat_game, input_out_of_range, estimator_fallback, "
-        "baseline_not_reached, not_converged",
+        "baseline_not_reached, not_converged, prior_misfit",
     )
     exact: bool
     estimator: str

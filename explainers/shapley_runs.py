@@ -7,6 +7,7 @@ interaction indices: `interactions`. `pick` turns a multi-output estimate into o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -15,7 +16,7 @@ import numpy as np
 from explainers import api_allocation, interactions
 from explainers.estimators.base import Estimate
 from explainers.estimators.registry import shapley_values
-from explainers.explanation import Explanation, OptionError
+from explainers.explanation import Caveat, Explanation, OptionError
 from explainers.games import Game, GameRecorder
 
 if TYPE_CHECKING:
@@ -121,4 +122,13 @@ def interactions_one(game: Game, n_players: int, run: Run) -> Explanation:
         output=output,
         gp_auto=model.modality != "text",
     )
-    return pick(res, model, target)
+    explanation = pick(res, model, target)
+    if model.modality == "text" and res.estimator == "gp":  # asked for by name
+        misfit = Caveat(
+            "prior_misfit",
+            "gp's prior misses word interactions on text models: its first-order terms can be "
+            "biased beyond their error_std (docs/benchmarks.md); from about 64n coalitions "
+            "estimator kernel (KernelSHAP-IQ) is more accurate",
+        )
+        explanation = replace(explanation, warnings=(*explanation.warnings, misfit))
+    return explanation

@@ -353,6 +353,15 @@ def test_interactions_auto_picks_gp_except_on_text(client: TestClient) -> None:
     )["data"]["explanations"][0]
     assert "KernelSHAPIQ" in text["estimator"] and text["n_model_evals"] <= 300
     assert len(text["interactions"]["values"]) == 14 + 91
+    assert not any(w["code"] == "prior_misfit" for w in text["warnings"])
+    named = explain(
+        client,
+        "/v2/models/sentiment-minilm/explain/shapley",
+        {"inputs": [sentence], "budget": 300, "parameters": {**k_sii, "estimator": "gp"}},
+    )["data"]["explanations"][0]
+    assert named["estimator"] == "gp"
+    assert any(w["code"] == "prior_misfit" for w in named["warnings"])  # by name on text
+    assert not any(w["code"] == "prior_misfit" for w in tabular["warnings"])
     # Shapley values of a text model: gp at every budget (a MiniLM pass per coalition costs
     # far more than gp's fit); kernel for a cheap tabular model from 3n coalitions
     sv = explain(
