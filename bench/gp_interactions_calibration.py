@@ -1,15 +1,16 @@
 """Calibration of the Gaussian-process interaction estimator's standard deviations.
 
     .venv/bin/python bench/gp_interactions_calibration.py [--games tanh16,digits2,breast]
-        [--seeds 3] [--factors 4,16,64] [--variant NAME]
+        [--seeds 3] [--factors 4,16,64] [--indices SII,k-SII]
 
 Order-2 SII and k-SII by explainers/estimators/gp_interactions.py on the games of
 bench/regression_bench.py (tanh16: `tanh_cases(2)`, digits2: `digits_cases(2, 2)`, exact
 references from all 2^16 coalitions; breast: `breast_cases(1)`, k-SII only, reference: the
 cached shapiq KernelSHAPIQ mean of bench/gp_interactions_bench.py). Per case, index and budget
 (coalitions per player), over seeds: the share of terms within 2 sd of the reference (all,
-order 1, order 2), the mean sd over the RMS error, and gp's own seconds. One thread. `--variant`
-sets gp_interactions.CALIBRATE (the calibration rule) where it exists.
+order 1, order 2), the mean sd over the RMS error, and gp's own seconds. One thread. The
+calibration rules compared before the current one (gp's likelihood scale alone, the halves):
+this bench's `--variant` at commit b652db0.
 """
 
 from __future__ import annotations
@@ -119,11 +120,8 @@ def main() -> None:
     parser.add_argument("--games", default="tanh16,digits2,breast")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--factors", default="4,16,64")
-    parser.add_argument("--variant", default=None)
     parser.add_argument("--indices", default="SII,k-SII", help="on tanh16 and digits2")
     args = parser.parse_args()
-    if args.variant is not None:
-        gpi.CALIBRATE = args.variant  # type: ignore[attr-defined]
     rows = []
     print(
         "| case | index | coalitions | within 2 sd (all) | order 1 | order 2 | sd / RMSE | own s |"

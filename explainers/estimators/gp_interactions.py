@@ -16,15 +16,15 @@ its variance the prior's (the same sums with W^2 over all players) minus the qua
 scaled by gp.py's s^2 (likelihood, leave-one-out inflated, over m - n degrees of freedom)
 times Student's t 97.5% over 1.96, raised per order to the spread of two fits on complementary
 halves of the drawn pairs and to the delete-a-group jackknife of the term means over folds of
-the pairs (all folds from one factorisation, as gp._adjust). Calibration (bench/
+the pairs (all folds from one factorisation, gp.held_out). Calibration (bench/
 gp_interactions_calibration.py, order 2, 4n-64n): 93-100% of all terms within 2 sd on tanh16,
-digits 2x2 and breast-cancer; order 1 of k-SII can stay lower (0.67 on tanh16 seed 0 at 64n):
+digits 2x2 and breast-cancer; order 1 of k-SII can stay lower (0.81 on a digits 2x2 image):
 there the error is the prior's misfit, a bias of constant sign over seeds that neither the
 halves nor the jackknife see. Own time: the inverse of the kernel matrix and two fits of half
 its size besides (0.05 -> 0.08-0.10 s at 16 players, 1024 coalitions; 0.2 -> 0.4 s at 30, 1920).
 
 Coalitions: KernelSHAP's plan (kernel.Planner: small sizes enumerated, the rest in
-complement pairs), seeded, at most the coalitions given; hyperparameters: gp._choose.
+complement pairs), seeded, at most the coalitions given; hyperparameters: gp_prior._choose.
 """
 
 from __future__ import annotations
@@ -34,16 +34,12 @@ from math import comb
 
 import numpy as np
 
-from explainers.estimators import gp, kernel
+from explainers.estimators import gp, gp_prior, kernel
 from explainers.explanation import OptionError
 from explainers.games import GameRecorder
 
 MAX_CELLS = 5_000_000  # coalitions times terms: beyond, seconds and gigabytes for one fit
 MAX_ROWS = 4096  # at most this many coalitions in the fit (the rest of a budget is unspent)
-# The sds' scale: "likelihood" (gp's s^2 alone), "halves" (times Student's t over the normal,
-# raised per order to the halves' spread), "jackknife" (and to the folds' jackknife variance;
-# bench/gp_interactions_calibration.py).
-CALIBRATE = "jackknife"
 
 __all__ = ["MAX_CELLS", "MAX_ROWS", "fits", "gp_interactions", "term_covariances"]
 
@@ -119,7 +115,7 @@ def _sums(
 
 
 def term_covariances(
-    prior: gp.Prior, z: np.ndarray, weights: np.ndarray, square: bool = False
+    prior: gp_prior.Prior, z: np.ndarray, weights: np.ndarray, square: bool = False
 ) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """The terms R of order 1..k and cov(I_R, v(U)) for the rows U of z (s^2 = 1); with
     `square`, sum over T containing R and within U of W^2 var(a_T) (z all ones: the prior
@@ -149,32 +145,20 @@ def term_covariances(
 
 
 def _jackknife(
-    cross: np.ndarray, low: np.ndarray, alpha: np.ndarray, pairs: np.ndarray
+    plan: kernel.Design, cross: np.ndarray, low: np.ndarray, alpha: np.ndarray
 ) -> np.ndarray | None:
     """Delete-a-group jackknife variance of every term's posterior mean over folds of the
-    drawn pairs (rows of `pairs` [p, 2]), every fold from one factorisation (gp._adjust:
-    P = (K + noise)^-1, alpha_B' = alpha - P[:, B] P_BB^-1 alpha_B). [terms]; None with
-    too few pairs."""
-    from scipy.linalg import cho_factor, cho_solve
-    from scipy.linalg.lapack import dpotri
-
-    firsts = np.unique(pairs[:, 0])
-    folds = min(gp.FOLDS, len(firsts) // gp.MIN_FOLD_PAIRS)
-    if folds < 2:
+    drawn pairs, every fold from one factorisation (gp.held_out: alpha_B' = alpha - P[:, B]
+    r_B). [terms]; None with too few pairs."""
+    folds = gp.held_out(plan, low, alpha)
+    if folds is None:
         return None
-    inv, info = dpotri(low, lower=1)
-    if info != 0:
-        return None
+    inv, rows, held_r = folds
     inv = np.tril(inv) + np.tril(inv, -1).T
-    fold = np.arange(len(firsts)) % folds
-    shifts = np.zeros((len(alpha), folds))
-    for f in range(folds):
-        held = np.sort(np.concatenate([firsts[fold == f], firsts[fold == f] + 1]))
-        factor = cho_factor(inv[np.ix_(held, held)], lower=True, check_finite=False)
-        shifts[:, f] = inv[:, held] @ cho_solve(factor, alpha[held, 0], check_finite=False)
+    shifts = np.stack([inv[:, held] @ held_r[held, 0] for held in rows], axis=1)
     means = cross.T @ (alpha - shifts)  # [terms, folds]
     dev = means - means.mean(axis=1, keepdims=True)
-    return np.asarray((folds - 1) / folds * (dev**2).sum(axis=1))
+    return np.asarray((len(rows) - 1) / len(rows) * (dev**2).sum(axis=1))
 
 
 def gp_interactions(
@@ -203,40 +187,37 @@ def gp_interactions(
     v = recorder(masks)[:, column]
     z = masks[1:].astype(np.float64)  # non-empty, the full one first
     y = (v[1:] - v[0])[:, None]  # [m, 1]
-    half = np.full(len(masks), -1)
-    pairs = plan.draws.reshape(-1, 2)
-    half[pairs] = (np.arange(len(pairs)) % 2)[:, None]  # draws alternate: i.i.d. halves
-    with kernel._blas().limit(limits=1, user_api="blas"):
-        prior, nugget, inflate = gp._choose(z, y)
+    half = gp.halves(plan)
+    with gp_prior._blas().limit(limits=1, user_api="blas"):
+        prior, nugget, inflate = gp_prior._choose(z, y)
         cov = prior.cov(z)
         norm = max(float(cov.diagonal().mean()), 1e-300)
         cov /= norm
         keys, cross = term_covariances(prior, z, weights)
         cross /= norm  # [m, terms]
         _, prior_var = term_covariances(prior, np.ones((1, n)), weights, square=True)
-        low, nugget, a0, alpha = gp._solved(cov, y, nugget)
+        low, nugget, a0, alpha = gp_prior._solved(cov, y, nugget)
         mean = cross.T @ alpha[:, 0]  # [terms]
-        white = gp._solve_triangular(low, cross, lower=True, check_finite=False)
+        white = gp_prior._solve_triangular(low, cross, lower=True, check_finite=False)
         var = np.maximum(prior_var[0] / norm - (white**2).sum(axis=0), 1e-300)
         m = len(y)
         dof = max(m - n, 1)
-        s2 = float((a0**2).mean()) * float(inflate[0]) * m / dof
-        if CALIBRATE != "likelihood":
-            s2 *= (gp._t975(dof) / 1.96) ** 2
+        s2 = float((a0**2).mean()) * float(inflate[0]) * m / dof * (gp_prior._t975(dof) / 1.96) ** 2
         order = np.array([len(key) for key in keys])
         scale = np.full(len(keys), s2)
         rows = [np.flatnonzero(h != 1) for h in (half[1:], 1 - half[1:])]
-        if CALIBRATE != "likelihood" and min(len(r) for r in rows) < m:
+        if min(len(r) for r in rows) < m:
             # Two fits on complementary halves of the pairs differ by about twice the
             # variance of each, four times the full fit's: per order, where they differ
             # more, the prior's own variance is too small (gp._posterior, per output there).
             means = [
-                cross[r].T @ gp._solved(cov[np.ix_(r, r)], y[r], nugget)[3][:, 0] for r in rows
+                cross[r].T @ gp_prior._solved(cov[np.ix_(r, r)], y[r], nugget)[3][:, 0]
+                for r in rows
             ]
             gap = (means[0] - means[1]) ** 2 / 4
             for t in range(1, k + 1):
                 scale[order == t] = max(s2, float(gap[order == t].mean() / var[order == t].mean()))
-        jack = _jackknife(cross, low, alpha, pairs - 1) if CALIBRATE == "jackknife" else None
+        jack = _jackknife(plan, cross, low, alpha)
         if jack is not None:  # per order, raised to the folds' jackknife variance
             for t in range(1, k + 1):
                 g = order == t

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from explainers import BudgetError, shapley_values
-from explainers.estimators import gp
+from explainers.estimators import gp, kernel
+from explainers.estimators.kernel import Design
 from explainers.estimators.registry import choose_estimator
+from explainers.games import GameRecorder
 from tests.explainers.test_regression_estimator import Counting, tanh_game
 
 
@@ -152,7 +154,7 @@ def test_misfit_output_answers_kernelshap(monkeypatch: pytest.MonkeyPatch) -> No
         np.testing.assert_array_equal(g.error_std[:, 0], k.error_std[:, 0])
         assert not np.allclose(g.values[:, 1], k.values[:, 1])
         with monkeypatch.context() as patch:
-            patch.setattr(gp, "BEST_MISFIT", np.inf)
+            patch.setattr(gp, "MISFIT", np.inf)
             raw = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed).values
             below = shapley_values(game, n, estimator="gp", budget=3 * n, seed=seed).values
         patch_free = shapley_values(game, n, estimator="gp", budget=3 * n, seed=seed).values
@@ -162,6 +164,19 @@ def test_misfit_output_answers_kernelshap(monkeypatch: pytest.MonkeyPatch) -> No
     mean = {name: np.mean(v, axis=0) for name, v in rmse.items()}
     assert mean["gp"][0] < 0.5 * mean["unchecked"][0]  # the check: 0.036 against 0.100
     assert mean["gp"][1] < 0.6 * mean["kernel"][1]  # the smooth output's posterior: 0.37x
+
+
+def _adjusted_fit(
+    plan: Design, y: np.ndarray, total: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """gp's regression adjustment alone (what its check answers where it is the reference)."""
+    post = gp._posterior(plan.masks[1:], y[1:], total, gp.halves(plan)[1:])
+    phi, std, cross, low, nugget, alpha = post
+    adjusted = gp._adjust(plan, y, cross, low, nugget, alpha)
+    return (phi, std) if adjusted is None else adjusted
+
+
+adjusted_only = kernel.OnPlan(_adjusted_fit, "gp-adjusted")  # gp's plan: same seed, same rows
 
 
 def test_regression_adjustment_corrects_a_misfit_prior(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,10 +196,9 @@ def test_regression_adjustment_corrects_a_misfit_prior(monkeypatch: pytest.Monke
     inside = []
     for seed in range(4):
         with monkeypatch.context() as patch:
-            patch.setattr(gp, "BEST_MISFIT", np.inf)
+            patch.setattr(gp, "MISFIT", np.inf)
             plain = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
-            patch.setattr(gp, "ADJUST", "always")
-            adjusted = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
+        adjusted = adjusted_only(GameRecorder(game, n, 64 * n), np.random.default_rng(seed))
         checked = shapley_values(game, n, estimator="gp", budget=64 * n, seed=seed)
         assert adjusted.error_std is not None
         np.testing.assert_allclose(
