@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.base import Model
+from models.base import Model, RankerModel, TextModel
 from models.declaration import FORMATS, Declaration, InvalidModelError
 from models.device import place
 from models.remote import RemoteClient
@@ -38,10 +38,27 @@ def _model(decl: Declaration, module: torch.nn.Module | None, version: str, **ex
     )
 
 
+def _reason(exc: Exception) -> str:
+    """One line for the user: TorchScript's interpreter puts a traceback of the module's own
+    code before the error; a module of token ids is named for what it is."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    reason = lines[-1] if lines else type(exc).__name__
+    if "'indices'" in reason and ("Long" in reason or "Int" in reason):
+        reason += (
+            " (the module reads integer token ids: registered modules take float rows or "
+            "images; register a text model as a Hugging Face checkpoint, format huggingface)"
+        )
+    return reason[:500]
+
+
 def check_forward(model: Model) -> Model:
     """A forward pass on two rows inside the input range, on the model's device, must give
     finite [2, k] outputs (the module or the black box itself: predict would broadcast a
     mismatch)."""
+    if isinstance(model, TextModel | RankerModel):  # Hugging Face checkpoints: texts in
+        from models.hf_models import check_texts
+
+        return check_texts(model)
     low = 0.0 if model.input_range is None else model.input_range[0]
     try:
         if model.predict_fn is not None:
@@ -54,7 +71,7 @@ def check_forward(model: Model) -> Model:
                 out = model.torch_module()(rows).cpu().numpy()
     except Exception as exc:
         raise InvalidModelError(
-            f"test forward pass on shape {[2, *model.input_shape]} failed: {exc}"
+            f"test forward pass on shape {[2, *model.input_shape]} failed: {_reason(exc)}"
         ) from None
     if out.shape != (2, model.n_outputs) or not np.all(np.isfinite(out)):
         raise InvalidModelError(
@@ -108,6 +125,12 @@ def _booster(decl: Declaration, data: bytes, version: str) -> Model:
     )
 
 
+def _huggingface(decl: Declaration, data: bytes, version: str) -> Model:
+    from models.hf import build_hf  # transformers: only when a checkpoint is loaded
+
+    return build_hf(decl, data, version)
+
+
 def load_background(data: bytes, decl: Declaration) -> np.ndarray:
     """A stored background: .npy (never pickled) or CSV with a header of feature names."""
     size = int(np.prod(decl.input_shape))
@@ -153,6 +176,7 @@ def build_model(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
         "xgboost": lambda: _booster(decl, data, version),
         "lightgbm": lambda: _booster(decl, data, version),
         "remote": lambda: _remote(decl, version),
+        "huggingface": lambda: _huggingface(decl, data, version),
     }
     if decl.format not in builders:
         raise InvalidModelError(f"format must be one of {list(FORMATS)}")
