@@ -2,7 +2,8 @@
 
 Covers scikit-learn pipelines converted by skl2onnx, PyTorch exports and boosters converted by
 onnxmltools. The explained output is the first float tensor of shape [N, k] (or [N]) unless the
-registration names one (`onnx_output`; skl2onnx classifiers with zipmap=False: `probabilities`).
+registration names one (`onnx_output`; skl2onnx classifiers: `probabilities`). A ZipMap output
+(skl2onnx's default: a sequence of maps) is served from the float [N, k] tensor the ZipMap reads.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 _FLOATS = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
 _INPUTS = {**_FLOATS, "tensor(int64)": np.int64, "tensor(int32)": np.int32}
+_TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class OnnxModelError(ModelError):
@@ -45,6 +47,26 @@ def _pick_output(session: object, wanted: str | None) -> str:
     return usable[0]
 
 
+def _expose_zipmap_inputs(data: bytes) -> bytes:
+    """The graph with each ZipMap node's float [N, k] input also a graph output (onnxruntime
+    only fetches graph outputs); the bytes unchanged when there is none or they do not parse."""
+    if b"ZipMap" not in data:
+        return data
+    import onnx
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception:
+        return data  # onnxruntime reports what is wrong with the file
+    outputs = {o.name for o in model.graph.output}
+    added = [n.input[0] for n in model.graph.node if n.op_type == "ZipMap"]
+    added = [name for name in dict.fromkeys(added) if name not in outputs]
+    for name in added:
+        info = onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [None, None])
+        model.graph.output.append(info)
+    return model.SerializeToString() if added else data
+
+
 def onnx_predictor(
     data: bytes, decl: Declaration
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
@@ -57,13 +79,21 @@ def onnx_predictor(
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        graph = _expose_zipmap_inputs(data)
+        session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise OnnxModelError(
             f"not a model this service can read (TorchScript, ONNX, XGBoost JSON/UBJSON or "
             f"LightGBM text; pickles are never accepted): onnxruntime says {exc}"
         ) from None
     inputs = session.get_inputs()
+    token_inputs = [i.name for i in inputs if i.name in _TOKEN_INPUTS]
+    if token_inputs:  # a transformer export: rows of numbers would be cast to token ids
+        raise OnnxModelError(
+            f"the ONNX graph reads token ids ({token_inputs}): a text model, not rows of "
+            "numbers; register the checkpoint itself (config.json, model.safetensors, "
+            "tokenizer files) as format huggingface"
+        )
     if len(inputs) != 1:
         raise OnnxModelError(
             f"the ONNX graph has {len(inputs)} inputs; one tensor input is supported "

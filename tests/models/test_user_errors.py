@@ -7,6 +7,7 @@ import io
 import pytest
 import torch
 
+from models.base import ModelError
 from models.declaration import Declaration, InvalidModelError
 from models.user import register
 
@@ -32,3 +33,28 @@ def test_token_id_torchscript_is_refused_in_one_line() -> None:
     message = str(err.value)
     assert "\n" not in message and "Traceback" not in message
     assert "token ids" in message and "huggingface" in message
+
+
+def test_onnx_of_token_ids_is_not_a_tabular_model() -> None:
+    buf = io.BytesIO()
+    torch.onnx.export(
+        _TokenIds(),
+        (torch.zeros(1, 8, dtype=torch.long),),
+        buf,
+        input_names=["input_ids"],
+        output_names=["probs"],
+        dynamic_axes={"input_ids": {0: "n"}},
+        dynamo=False,
+    )
+    decl = Declaration(
+        "tok",
+        "tabular",
+        "classification",
+        (8,),
+        ("a", "b"),
+        tuple(f"x{i}" for i in range(8)),
+        format="onnx",
+    )
+    with pytest.raises(ModelError, match="token ids") as err:
+        register(decl, {"model": buf.getvalue()})
+    assert "huggingface" in str(err.value)
