@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,12 +36,12 @@ def test_token_id_torchscript_is_refused_in_one_line() -> None:
     assert "token ids" in message and "huggingface" in message
 
 
-def test_onnx_of_token_ids_is_not_a_tabular_model() -> None:
-    buf = io.BytesIO()
+def test_onnx_of_token_ids_is_not_a_tabular_model(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.onnx"
     torch.onnx.export(
         _TokenIds(),
         (torch.zeros(1, 8, dtype=torch.long),),
-        buf,
+        str(path),
         input_names=["input_ids"],
         output_names=["probs"],
         dynamic_axes={"input_ids": {0: "n"}},
@@ -56,5 +57,5 @@ def test_onnx_of_token_ids_is_not_a_tabular_model() -> None:
         format="onnx",
     )
     with pytest.raises(ModelError, match="token ids") as err:
-        register(decl, {"model": buf.getvalue()})
+        register(decl, {"model": path.read_bytes()})
     assert "huggingface" in str(err.value)
