@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     )
     user_model_dir: Path = Field(default_factory=lambda: _cache_root() / "user-models")
     max_model_bytes: int = 64 * 1024 * 1024
+    model_repository: Path | None = Field(
+        None,
+        description="a server-side folder of Hugging Face checkpoints that registrations may name "
+        "by `uri` (models beyond the upload size); unset: `uri` is refused",
+    )
 
     @field_validator("device")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Any
 
 from models.base import ModelError
 
-FORMATS = ("torchscript", "onnx", "xgboost", "lightgbm", "remote")
+FORMATS = ("torchscript", "onnx", "xgboost", "lightgbm", "remote", "huggingface")
 
 
 class InvalidModelError(ModelError):
@@ -29,6 +29,8 @@ class Declaration:
     onnx_output: str | None = None
     remote_url: str | None = None
     remote_output: str | None = None
+    uri: str | None = None  # huggingface: a checkpoint folder under MODEL_REPOSITORY (absolute)
+    uri_digest: str | None = None  # its content hash when registered (models/hf.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,8 @@ class Declaration:
             "onnx_output": self.onnx_output,
             "remote_url": self.remote_url,
             "remote_output": self.remote_output,
+            "uri": self.uri,
+            "uri_digest": self.uri_digest,
         }
 
     @classmethod
@@ -61,4 +65,6 @@ class Declaration:
             onnx_output=meta.get("onnx_output"),
             remote_url=meta.get("remote_url"),
             remote_output=meta.get("remote_output"),
+            uri=meta.get("uri"),
+            uri_digest=meta.get("uri_digest"),
         )
