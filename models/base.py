@@ -66,9 +66,24 @@ class TreeEnsemble(Protocol):
 
     library: str
     has_interactions: bool  # the library computes SHAP interaction values
+    link: str  # prediction = link^-1(margin): identity, log, logistic, softmax, other
 
     def margin(self, x: np.ndarray) -> np.ndarray:
         """float [m, n_features] -> float64 [m, k] raw margins."""
+        ...
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """-> float64 [m, k]: class probabilities, or the regression prediction."""
+        ...
+
+    def why_not_interventional(self, probability: bool) -> str | None:
+        """Why interventional TreeSHAP cannot explain the margin (or probability); None: it can."""
+        ...
+
+    def interventional_values(
+        self, x: np.ndarray, background: np.ndarray, probability: bool
+    ) -> np.ndarray:
+        """-> float64 [m, k, n_features]: interventional TreeSHAP values against the rows."""
         ...
 
     def contributions(self, x: np.ndarray) -> np.ndarray:

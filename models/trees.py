@@ -1,10 +1,18 @@
 """XGBoost and LightGBM boosters read by their own libraries (never unpickled), with the
-libraries' own exact path-dependent TreeSHAP (Lundberg et al., Nature MI 2020)."""
+libraries' own exact path-dependent TreeSHAP and shap's interventional TreeSHAP (Lundberg et al.,
+Nature MI 2020).
+
+Boosters trained on pandas DataFrames keep their column names and types (categorical features
+included); rows arrive as numbers (category codes for categorical columns, the codes of the
+training DataFrame's categories), and every call passes the booster's own names and types so that
+XGBoost's feature validation accepts them.
+"""
 
 from __future__ import annotations
 
 import json
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +26,16 @@ if TYPE_CHECKING:
 
 class BoosterError(ModelError):
     """The booster file cannot serve the declared model."""
+
+
+# The link of each objective: prediction = exp(margin) for these (XGBoost's and LightGBM's docs).
+XGBOOST_LOG_LINK = frozenset(
+    {"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"}
+)
+LIGHTGBM_LINKS = {
+    "poisson": "log", "gamma": "log", "tweedie": "log", "cross_entropy_lambda": "other"
+}  # fmt: skip
+LINKS = ("identity", "log", "logistic", "softmax", "other")
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -38,11 +56,13 @@ class _Booster:
 
     library = ""
     has_interactions = False
+    categorical = False  # some split is categorical (shap's interventional TreeSHAP has none)
 
-    def __init__(self, kind: str, n_classes: int, n_features: int) -> None:
+    def __init__(self, kind: str, n_classes: int, n_features: int, link: str) -> None:
         self.kind = kind  # "binary" | "multiclass" | "regression"
         self.n_classes = n_classes
         self.n_features = n_features
+        self.link = link  # prediction = link^-1(margin): LINKS
         self.lock = threading.Lock()  # boosters are not documented thread-safe for predict
 
     @property
@@ -88,6 +108,58 @@ class _Booster:
     def _raw_predict(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def why_not_interventional(self, probability: bool) -> str | None:
+        """Why shap's interventional TreeSHAP cannot explain this output (None: it can)."""
+        if self.categorical:
+            return (
+                f"shap's interventional TreeSHAP does not evaluate the categorical splits of "
+                f"this {self.library} model"
+            )
+        if probability and self.link != "logistic":
+            what = {"softmax": "multiclass probabilities", "log": "exp(margin) (log link)"}
+            return (
+                f"shap's interventional TreeSHAP has no output for "
+                f"{what.get(self.link, 'this prediction')}"
+            )
+        return None
+
+    def interventional_values(
+        self, x: np.ndarray, background: np.ndarray, probability: bool
+    ) -> np.ndarray:
+        """shap's exact interventional TreeSHAP of rows x against the background rows: float64
+        [m, k, n] for the served outputs, of the margin, or of the probability (logistic link).
+
+        Values only: the expected output is the booster's own mean over the background (shap's
+        expected_value misses XGBoost's per-class base scores)."""
+        import shap
+
+        reason = self.why_not_interventional(probability)
+        if reason is not None:
+            raise BoosterError(reason)
+        rows, bg = self._shap_rows(x), self._shap_rows(background)
+        masker = shap.maskers.Independent(bg, max_samples=len(bg))  # every row, none sampled
+        output = "probability" if probability else "raw"
+        parts = []
+        with self.lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # shap's notices about background sizes and dtypes
+            for model in self._shap_models(probability):
+                explainer = shap.TreeExplainer(
+                    model, data=masker, feature_perturbation="interventional", model_output=output
+                )
+                sv = np.asarray(explainer.shap_values(rows, check_additivity=False))
+                parts.append(sv.reshape(len(rows), self.n_features, -1))  # [m, n, outputs]
+        values = np.concatenate(parts, axis=2).transpose(0, 2, 1).astype(np.float64)
+        if self.kind == "binary":  # class 0: minus class 1's log-odds, 1 - its probability
+            values = np.concatenate([-values, values], axis=1)
+        return values
+
+    def _shap_models(self, probability: bool) -> list[Any]:
+        """What shap.TreeExplainer reads, one model per group of outputs."""
+        raise NotImplementedError
+
+    def _shap_rows(self, x: np.ndarray) -> np.ndarray:
+        return self._rows(x)
+
     def _rows(self, x: np.ndarray) -> np.ndarray:
         # float64: LightGBM compares against float64 thresholds that can sit between a value and
         # its float32 rounding (XGBoost rounds to float32 itself, as it was trained).
@@ -110,18 +182,34 @@ class XGBoostBooster(_Booster):
         config = json.loads(booster.save_config())
         objective = config["learner"]["objective"]["name"]
         n_classes = int(config["learner"]["learner_model_param"].get("num_class", "0") or 0)
+        link = "identity"
         if objective in ("binary:logistic", "binary:logitraw", "reg:logistic"):
             kind = "binary" if objective != "reg:logistic" else "regression"
+            link = "logistic"
         elif objective in ("multi:softprob", "multi:softmax"):
-            kind = "multiclass"
+            kind, link = "multiclass", "softmax"
         elif objective.startswith(("reg:", "count:", "survival:")):
             kind = "regression"
+            link = "log" if objective in XGBOOST_LOG_LINK else "identity"
         else:
             raise BoosterError(f"XGBoost objective {objective!r} is not supported")
-        super().__init__(kind, n_classes, booster.num_features())
+        super().__init__(kind, n_classes, booster.num_features(), link)
         self.objective = objective
         self.booster = booster
         self.xgb = xgb
+        # A booster fitted on a DataFrame names its columns (and marks categorical ones "c"):
+        # a DMatrix of plain rows must carry the same names and types, or XGBoost refuses it.
+        self.feature_names = booster.feature_names
+        self.feature_types = booster.feature_types
+        self.categorical = any(t == "c" for t in self.feature_types or ())
+
+    def _dmatrix(self, x: np.ndarray) -> Any:
+        return self.xgb.DMatrix(
+            x,
+            feature_names=self.feature_names,
+            feature_types=self.feature_types,
+            enable_categorical=self.categorical,
+        )
 
     def _raw_margin(self, x: np.ndarray) -> np.ndarray:
         return self.booster.inplace_predict(x, predict_type="margin")
@@ -130,11 +218,18 @@ class XGBoostBooster(_Booster):
         return self.booster.inplace_predict(x)
 
     def _raw_contribs(self, x: np.ndarray) -> np.ndarray:
-        return self.booster.predict(self.xgb.DMatrix(x), pred_contribs=True)
+        return self.booster.predict(self._dmatrix(x), pred_contribs=True)
+
+    def _shap_models(self, probability: bool) -> list[Any]:
+        return [self.booster]
+
+    def _shap_rows(self, x: np.ndarray) -> np.ndarray:
+        # XGBoost compares float32 inputs with float32 thresholds: the rows as it reads them.
+        return self._rows(x).astype(np.float32).astype(np.float64)
 
     def interactions(self, x: np.ndarray) -> np.ndarray | None:
         with self.lock:
-            raw = self.booster.predict(self.xgb.DMatrix(self._rows(x)), pred_interactions=True)
+            raw = self.booster.predict(self._dmatrix(self._rows(x)), pred_interactions=True)
         raw = np.asarray(raw, dtype=np.float64)
         if raw.ndim == 3:
             raw = raw[:, None]
@@ -153,22 +248,32 @@ class LightGBMBooster(_Booster):
             booster = lgb.Booster(model_str=data.decode("utf-8"))
         except Exception as exc:
             raise BoosterError(f"not a LightGBM model (text format): {exc}") from None
-        objective = str(booster.dump_model(num_iteration=0).get("objective", "")).split()[0]
+        dump = booster.dump_model()
+        objective = str(dump.get("objective", "")).split()[0]
         per_iteration = booster.num_model_per_iteration()
+        link = "identity"
         if objective in ("binary", "cross_entropy", "xentropy"):
             kind = "binary" if objective == "binary" else "regression"
+            link = "logistic"
         elif objective in ("multiclass", "softmax", "multiclassova", "multiclass_ova", "ova"):
-            kind = "multiclass"
+            kind, link = "multiclass", "softmax"
             if objective != "multiclass" and objective != "softmax":
                 raise BoosterError("LightGBM one-vs-all objectives are not supported")
         elif objective in ("lambdarank", "rank_xendcg"):
             raise BoosterError("LightGBM ranking objectives are not supported here")
         else:
             kind = "regression"
-        super().__init__(kind, per_iteration if kind == "multiclass" else 0, booster.num_feature())
+            link = LIGHTGBM_LINKS.get(objective, "identity")
+        super().__init__(
+            kind, per_iteration if kind == "multiclass" else 0, booster.num_feature(), link
+        )
         self.objective = objective
         self.booster = booster
         self.threads = max(1, torch.get_num_threads())
+        self.trees: list[dict[str, Any]] = dump["tree_info"]
+        self.per_iteration = per_iteration
+        # pandas categoricals (and categorical_feature) become "==" splits on category codes
+        self.categorical = any(_has_categorical_split(t["tree_structure"]) for t in self.trees)
 
     def _params(self) -> dict[str, Any]:
         return {"num_threads": self.threads}
@@ -184,6 +289,34 @@ class LightGBMBooster(_Booster):
         if self.kind == "multiclass":  # [m, k * (n + 1)], class-major
             raw = raw.reshape(raw.shape[0], self.n_classes, self.n_features + 1)
         return raw
+
+    def _shap_models(self, probability: bool) -> list[Any]:
+        # shap reads a multiclass lgb.Booster as one output (every class's trees summed): one
+        # model per class instead, tree i belonging to class i % per_iteration. LightGBM folds
+        # its initial score into the first trees, so there is no base offset.
+        output = "log_odds" if probability else "raw_value"
+        objective = "binary_crossentropy" if probability else "squared_error"
+        k = self.per_iteration
+        return [
+            {
+                "trees": self.trees[c::k],
+                "tree_output": output,
+                "objective": objective,
+                "input_dtype": np.float64,  # LightGBM splits float64 rows on float64 thresholds
+                "internal_dtype": np.float64,
+            }
+            for c in range(k)
+        ]
+
+
+def _has_categorical_split(node: dict[str, Any]) -> bool:
+    if "split_index" not in node:
+        return False
+    if node.get("decision_type") == "==":
+        return True
+    return _has_categorical_split(node["left_child"]) or _has_categorical_split(
+        node["right_child"]
+    )
 
 
 def load_booster(data: bytes, decl: Declaration) -> _Booster:

@@ -123,8 +123,9 @@ def torch_onnx(name: str = "cnn-onnx") -> UserModel:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            net, (torch.zeros(1, 1, 8, 8),), buf, input_names=["x"], output_names=["p"],
-            dynamic_axes={"x": {0: "n"}, "p": {0: "n"}}, dynamo=False,
+            net, (torch.zeros(1, 1, 8, 8),), buf,  # type: ignore[arg-type]  # a file object works
+            input_names=["x"], output_names=["p"], dynamic_axes={"x": {0: "n"}, "p": {0: "n"}},
+            dynamo=False,
         )  # fmt: skip
     images = _images()
     form = _form(name, [1, 8, 8], ["a", "b", "c"], "classification", input_range="[0, 1]")
@@ -185,10 +186,137 @@ def lightgbm_model(name: str = "lgbm") -> UserModel:
     est = lgb.LGBMClassifier(n_estimators=30, random_state=0, verbose=-1, n_jobs=1).fit(x, y)
     text = est.booster_.model_to_string().encode()
     form = _form(name, [4], ["setosa", "versicolor", "virginica"], "classification")
-    return UserModel(name, text, form, est.predict_proba, x[[0, 60, 120]], x[::10], est)
+    return UserModel(
+        name, text, form, lambda r: np.asarray(est.predict_proba(r)), x[[0, 60, 120]], x[::10], est
+    )
 
 
 def csv_background(rows: np.ndarray) -> bytes:
     header = ",".join(f"f{i}" for i in range(rows.shape[1]))
     lines = [",".join(repr(float(v)) for v in row) for row in rows]
     return ("\n".join([header, *lines]) + "\n").encode()
+
+
+# Boosters trained on pandas DataFrames, the usual way: the file stores the column names (and
+# types: "c" for XGBoost categoricals, pandas_categorical for LightGBM). Rows reach the service
+# as numbers, a categorical column as its category codes; the reference predicts on the
+# DataFrame those numbers stand for.
+BAND = "alcohol_band"  # the categorical column of the categorical fixtures
+BANDS = ["high", "low", "mid"]  # its categories, in pandas' (sorted) order: codes 0, 1, 2
+
+
+def frame_data(kind: str, categorical: bool = False) -> tuple[Any, Any]:
+    """(X DataFrame, y): wine (three classes, 13 features), its class 1 vs rest ("binary"), or
+    diabetes (regression, 10); with a categorical column, wine's alcohol as a band."""
+    import pandas as pd
+    from sklearn.datasets import load_wine
+
+    if kind == "regression":
+        x, y = load_diabetes(return_X_y=True, as_frame=True)
+        return x, y
+    x, y = load_wine(return_X_y=True, as_frame=True)
+    if categorical:
+        band = np.where(x["alcohol"] > 13.2, "high", np.where(x["alcohol"] > 12.4, "mid", "low"))
+        x = x.drop(columns=["alcohol"]).assign(**{BAND: pd.Categorical(band, categories=BANDS)})
+    return x, ((y == 1).astype(int) if kind == "binary" else y)
+
+
+def as_numbers(x: Any) -> np.ndarray:
+    """A DataFrame as the numbers a user sends: category codes for categorical columns."""
+    cols = [x[c].cat.codes if str(x[c].dtype) == "category" else x[c] for c in x.columns]
+    return np.stack([np.asarray(c, np.float64) for c in cols], axis=1)
+
+
+def as_frame(rows: np.ndarray, like: Any) -> Any:
+    """Numbers back to a DataFrame with `like`'s columns and dtypes (codes -> categories)."""
+    import pandas as pd
+
+    rows = np.asarray(rows, np.float64).reshape(len(rows), -1)
+    data = {}
+    for i, c in enumerate(like.columns):
+        if str(like[c].dtype) == "category":
+            cats = like[c].cat.categories
+            data[c] = pd.Categorical.from_codes(rows[:, i].astype(int), categories=cats)
+        else:
+            data[c] = rows[:, i]
+    return pd.DataFrame(data)
+
+
+def _frame_form(name: str, x: Any, outputs: list[str], task: str) -> dict[str, str]:
+    return {
+        "name": name,
+        "modality": "tabular",
+        "input_shape": json.dumps([x.shape[1]]),
+        "output_names": json.dumps(outputs),
+        "feature_names": json.dumps(list(x.columns)),
+        "task": task,
+    }
+
+
+def _saved(save: Callable[[str], Any], suffix: str) -> bytes:
+    """What `save_model(path)` writes, as the user uploads it."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / f"m.{suffix}")
+        save(path)
+        return Path(path).read_bytes()
+
+
+def xgboost_frame(
+    name: str = "xgb-frame",
+    kind: str = "multiclass",
+    objective: str | None = None,
+    categorical: bool = False,
+) -> UserModel:
+    """An XGBoost classifier ("multiclass" wine, "binary" wine class 1) or regressor
+    ("regression" diabetes; `objective` e.g. count:poisson) fitted on a DataFrame and saved
+    with `save_model("m.json")`; categorical: a pandas category column, enable_categorical."""
+    import xgboost as xgb
+
+    x, y = frame_data(kind, categorical)
+    common: dict[str, Any] = {"n_estimators": 30, "max_depth": 3, "random_state": 0, "n_jobs": 1}
+    if categorical:
+        common.update(enable_categorical=True, tree_method="hist")
+    if kind == "regression":
+        est: Any = xgb.XGBRegressor(objective=objective or "reg:squarederror", **common)
+        est.fit(x, y)
+        outputs = ["progression"]
+
+        def predict(r: np.ndarray) -> np.ndarray:
+            return np.asarray(est.predict(as_frame(r, x))).reshape(-1, 1)
+    else:
+        est = xgb.XGBClassifier(**common).fit(x, y)
+        outputs = ["class_0", "class_1", "class_2"] if kind == "multiclass" else ["rest", "class_1"]
+
+        def predict(r: np.ndarray) -> np.ndarray:
+            return np.asarray(est.predict_proba(as_frame(r, x)))
+
+    rows = as_numbers(x)
+    task = "regression" if kind == "regression" else "classification"
+    data = _saved(est.save_model, "json")
+    return UserModel(
+        name, data, _frame_form(name, x, outputs, task), predict, rows[[0, 70, 150]],
+        rows[::7][:20], est,
+    )  # fmt: skip
+
+
+def lightgbm_frame(name: str = "lgbm-frame", kind: str = "multiclass") -> UserModel:
+    """A LightGBM classifier fitted on a wine DataFrame with a pandas categorical column
+    (LightGBM's own categorical splits), saved with `booster_.save_model("m.txt")`."""
+    import lightgbm as lgb
+
+    x, y = frame_data(kind, categorical=True)
+    est = lgb.LGBMClassifier(n_estimators=30, random_state=0, verbose=-1, n_jobs=1).fit(x, y)
+    outputs = ["class_0", "class_1", "class_2"] if kind == "multiclass" else ["rest", "class_1"]
+    data = _saved(est.booster_.save_model, "txt")
+    rows = as_numbers(x)
+
+    def predict(r: np.ndarray) -> np.ndarray:
+        return np.asarray(est.predict_proba(as_frame(r, x)))
+
+    return UserModel(
+        name, data, _frame_form(name, x, outputs, "classification"), predict,
+        rows[[0, 70, 150]], rows[::7][:20], est,
+    )  # fmt: skip
