@@ -130,3 +130,25 @@ def resolve_target(model: Model, target: int | str | None) -> int | None:
     if not 0 <= target < model.n_outputs:
         raise InvalidInput(f"target {target} out of range: the model has {model.n_outputs} outputs")
     return target
+
+
+ALL = "all"
+
+
+def resolve_targets(
+    model: Model, target: int | str | list[int | str] | None
+) -> int | tuple[int, ...] | None:
+    """One output (as resolve_target), or several: a list of indices or names, or "all"
+    (every output, in order); a tuple in the order asked (API.md "Targets over several
+    classes"). An output named "all" is reached by its index."""
+    if target == ALL:
+        return tuple(range(model.n_outputs))
+    if not isinstance(target, list):
+        return resolve_target(model, target)
+    if not target:
+        raise InvalidInput('target: an empty list; give outputs (indices or names) or "all"')
+    indices = tuple(resolve_target(model, t) for t in target)
+    repeated = sorted({t for t in target if target.count(t) > 1}, key=str)
+    if repeated or len(set(indices)) < len(indices):
+        raise InvalidInput(f"target: each output at most once; repeated {repeated or target}")
+    return tuple(i for i in indices if i is not None)

@@ -13,7 +13,7 @@ import io
 import json
 from typing import Any
 
-import numpy as np
+from xai.results import feature_row
 
 COMMON = [
     "index",
@@ -57,17 +57,18 @@ def rows(results: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]
         )
         if names and r.get("feature_names") == names:
             row.update({f"value.{n}": v for n, v in zip(names, e["values"], strict=False)})
-            try:
-                data = np.ravel(np.asarray(e.get("data"), dtype=float)).tolist()
-            except (TypeError, ValueError):
-                data = []
-            if len(data) == len(names):
-                row.update({f"input.{n}": x for n, x in zip(names, data, strict=True)})
+            data = feature_row(e.get("data"), names)  # a row or a {feature: value} object
+            if data is not None and all(_number(x) for x in data):
+                row.update({f"input.{n}": float(x) for n, x in zip(names, data, strict=True)})
         elif not names:
             row["players"] = json.dumps([p["text"] for p in e.get("players") or []])
             row["values"] = json.dumps(e["values"])
         out.append(row)
     return columns, out
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def to_csv(results: list[dict[str, Any]]) -> bytes:

@@ -21,8 +21,11 @@ class ExplainRequestBase(BaseModel):
         description="instances: rows as lists or {feature: value}; images as nested lists; "
         "texts as strings",
     )
-    target: int | str | None = Field(
-        None, description="output index or name; default: predicted class, or the single output"
+    target: int | str | list[int | str] | None = Field(
+        None,
+        description="output index or name; a list of them, or \"all\": one explanation per "
+        "output asked for, in that order, for each instance (output_index says which); "
+        "default: the predicted class, or the single output",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1)
     budget: int | None = Field(
@@ -144,7 +147,11 @@ class ExplanationOut(BaseModel):
     )
     exact: bool
     estimator: str
-    n_model_evals: int
+    n_model_evals: int = Field(
+        ...,
+        description="model evaluations this explanation added (with several targets an "
+        "instance's outputs share evaluations: the first pays for what they share)",
+    )
 
 
 class ExplainMeta(BaseModel):
@@ -154,7 +161,7 @@ class ExplainMeta(BaseModel):
     seed: int
     budget: int = Field(..., description="model evaluations per instance, after defaults")
     n_model_evals: int = Field(..., description="model evaluations spent, all instances")
-    n_instances: int
+    n_instances: int = Field(..., description="instances explained (explanations / targets)")
     exact: bool
     additive: bool
     compute_ms: float
@@ -184,6 +191,14 @@ class ExplainMeta(BaseModel):
     )
     foil: dict[str, Any] | None = Field(
         None, description="cocoa: the foil used (size, source, embedding cache status)"
+    )
+    targets: dict[str, Any] | None = Field(
+        None,
+        description="with a target list or \"all\": output_indices and output_names in the "
+        "order of each instance's explanations; budget \"shared\" (one game per instance "
+        "gave every output: budget and n_model_evals cover them together) or \"per target\" "
+        "(each output was explained on its own, with up to budget model evaluations each; "
+        "coalitions already evaluated for an earlier output are not paid again)",
     )
     forward_passes: dict[str, int] | None = Field(
         None, description="attribot: forward passes per model (target and proxy)"

@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from app.errors import (
     from_library,
 )
 from app.evaluate import attach_evaluation, split_evaluate
-from app.inputs import check_range, resolve_target, to_array
+from app.inputs import check_range, resolve_targets, to_array
 from app.jobs.store import JobStore, learned_baseline
 from app.logging import current_request_id
 from app.metrics import Metrics
@@ -39,11 +39,15 @@ from explainers.budget import ceiling
 from explainers.caveats import with_caveats
 from explainers.context import Artifacts, NotTrainedError, RunContext
 from explainers.evaluation import EvaluateOptions
-from explainers.explanation import ExplainResult
+from explainers.explanation import ExplainResult, OptionError
 from explainers.games import DeadlineExceeded, ExplainerError, deadline
 from explainers.registry import ExplainerSpec, get_explainer, unsupported
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
+
+# Explainers whose one run explains several outputs from the same model evaluations (a target
+# tuple reaches them); the others run once per output asked for (meta.targets says so).
+SHARED_TARGETS = frozenset({"shapley"})
 
 
 def array_digest(arr: np.ndarray | None) -> str | None:
@@ -75,7 +79,7 @@ class Prepared:
     req: ExplainRequestBase
     inputs: np.ndarray
     background: np.ndarray | None
-    target: int | None
+    target: int | tuple[int, ...] | None  # a tuple: several outputs, in the order asked
     options: Any
     key: str
     status: str
@@ -179,7 +183,7 @@ class ExplainService:
         if background is not None:
             for message in check_range(model, background, "background", allow).values():
                 out_of_range = dict.fromkeys(range(len(inputs)), message) | out_of_range
-        target = resolve_target(model, req.target)
+        target = resolve_targets(model, req.target)
         params, evaluate = split_evaluate(spec, params)
         options = self._pin(spec, model, params)
         key = cache_key(
@@ -255,19 +259,14 @@ class ExplainService:
         context = self.context
         try:
             with deadline(p.deadline), ceiling(self.settings.max_budget):
-                result = spec.explain(
-                    model,
-                    p.inputs,
-                    context,
-                    options=p.options,
-                    target=p.target,
-                    seed=req.seed,
-                    budget=req.budget,
-                    background=p.background,
-                    **p.fields,
-                )
-                result = with_caveats(model, p.inputs, result, p.out_of_range)
-                result = attach_evaluation(p, result, context)
+                result = self._run(p, context)
+                k = n_targets(p.target)
+                rows, outside = p.inputs, p.out_of_range
+                if k > 1:  # explanations [m * k]: instance-major, k outputs each
+                    rows = np.repeat(p.inputs, k, axis=0)
+                    outside = {i * k + j: w for i, w in (outside or {}).items() for j in range(k)}
+                result = with_caveats(model, rows, result, outside)
+                result = attach_evaluation(replace(p, inputs=rows), result, context)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
                 f"timeout_ms={req.timeout_ms} passed before an answer (the sampled Shapley "
@@ -302,6 +301,43 @@ class ExplainService:
         if answer is None:  # to_json's layout always has both slots
             raise RuntimeError("an answer without its id and cache slots")
         return Outcome(response.model_copy(update={"id": p.request_id, "meta": meta}), answer)
+
+    @staticmethod
+    def _run(p: Prepared, context: RunContext) -> ExplainResult:
+        """The explainer's result; with several targets, instance-major (each instance's
+        explanations in the order asked) and meta.targets saying how the budget was spent."""
+
+        def once(target: int | tuple[int, ...] | None) -> ExplainResult:
+            return p.spec.explain(
+                p.model,
+                p.inputs,
+                context,
+                options=p.options,
+                target=target,
+                seed=p.req.seed,
+                budget=p.req.budget,
+                background=p.background,
+                **p.fields,
+            )
+
+        if not isinstance(p.target, tuple):
+            return once(p.target)
+        targets = p.target
+        if p.spec.name in SHARED_TARGETS:
+            result = once(targets)
+        else:
+            result = per_target([once(t) for t in targets])
+        asked = [e.output_index for e in result.explanations]
+        if len(asked) % len(targets) or asked != list(targets) * (len(asked) // len(targets)):
+            raise OptionError(
+                f"{p.spec.name} explains one output of its own here; a target list does not "
+                "apply"
+            )
+        default = "shared" if p.spec.name in SHARED_TARGETS else "per target"
+        how = (result.meta.get("targets") or {}).get("budget", default)
+        names = [p.model.output_names[t] for t in targets]
+        meta = {"output_indices": list(targets), "output_names": names, "budget": how}
+        return replace(result, meta={**result.meta, "targets": meta})
 
     @staticmethod
     def cached(blob: bytes, request_id: str) -> Outcome:
@@ -341,6 +377,7 @@ class ExplainService:
         undeclared = result.meta.keys() - ExplainMeta.model_fields.keys()
         if undeclared:  # a programming error: the answer's contract is app/schemas.py
             raise TypeError(f"{spec.name} answers undeclared meta {sorted(undeclared)}")
+        k = len((result.meta.get("targets") or {}).get("output_indices") or [0])
         explanations = [
             ExplanationOut(
                 output_index=e.output_index,
@@ -363,7 +400,9 @@ class ExplainService:
             )
             for e, raw in zip(
                 result.explanations,
-                req.inputs if spec.uses_inputs else [None] * len(result.explanations),
+                [x for x in req.inputs for _ in range(k)]
+                if spec.uses_inputs
+                else [None] * len(result.explanations),
                 strict=True,
             )
         ]
@@ -373,7 +412,7 @@ class ExplainService:
             seed=req.seed,
             budget=result.budget,
             n_model_evals=sum(e.n_model_evals for e in result.explanations),
-            n_instances=len(result.explanations),
+            n_instances=len(result.explanations) // k,
             exact=all(e.exact for e in result.explanations),
             additive=result.additive,
             compute_ms=round(elapsed_ms, 3),
@@ -390,3 +429,20 @@ class ExplainService:
         return ExplainResponse(
             model_name=model.name, model_version=model.version, id="", meta=meta, data=data
         )
+
+
+def n_targets(target: int | tuple[int, ...] | None) -> int:
+    """Explanations per instance."""
+    return len(target) if isinstance(target, tuple) else 1
+
+
+def per_target(results: list[ExplainResult]) -> ExplainResult:
+    """One run per output, interleaved instance-major: [x0 t0, x0 t1, ..., x1 t0, ...]."""
+    first = results[0]
+    columns = [r.explanations for r in results]
+    return replace(
+        first,
+        explanations=tuple(e for row in zip(*columns, strict=True) for e in row),
+        additive=all(r.additive for r in results),
+        meta={**first.meta, "targets": {"budget": "per target"}},
+    )

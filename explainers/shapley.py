@@ -168,12 +168,13 @@ def explain(
     inputs: np.ndarray,
     *,
     options: ShapleyOptions,
-    target: int | None = None,
+    target: int | tuple[int, ...] | None = None,
     seed: int = 0,
     budget: int | None = None,
     background: np.ndarray | None = None,
 ) -> ExplainResult:
-    """Shapley explanations of `inputs` (model.predict's rows: arrays, or texts) for one output."""
+    """Shapley explanations of `inputs` (model.predict's rows: arrays, or texts) for one output,
+    or with a tuple `target` for each of several (instance-major: x0's outputs, then x1's)."""
     reference = _audit_reference(model, options, background)  # fail before any model call
     caveats: tuple[Caveat, ...] = ()
     if model.tree is not None or options.estimator == "tree" or options.output == "margin":
@@ -203,17 +204,21 @@ def explain(
     explain_one = {"SV": runs.shapley_one, "API": runs.api_one}.get(
         options.index, runs.interactions_one
     )
+    if any(not 0 <= t < model.n_outputs for t in runs.wanted(target) if t is not None):
+        raise OptionError(f"target out of range for {model.n_outputs} outputs")
     explanations = []
     for game, n_players, players in plan.games:
-        explanation = explain_one(game, n_players, run)
-        if not 0 <= explanation.output_index < model.n_outputs:
-            raise OptionError(f"target out of range for {model.n_outputs} outputs")
-        explanations.append(
-            replace(explanation, players=players, warnings=explanation.warnings + caveats)
-        )
+        for explanation in explain_one(game, n_players, run):
+            if not 0 <= explanation.output_index < model.n_outputs:
+                raise OptionError(f"target out of range for {model.n_outputs} outputs")
+            explanations.append(
+                replace(explanation, players=players, warnings=explanation.warnings + caveats)
+            )
     echo = {**options.echo(drop=plan.drop | _index_drop(options.index)), **plan.resolved}
     additive = options.index in interactions.EFFICIENT
     meta: dict[str, Any] = {}
+    if isinstance(target, tuple):  # SV and API: every output from one estimate per instance
+        meta["targets"] = {"budget": "shared" if options.index in ("SV", "API") else "per target"}
     if background is not None:
         outputs = sorted({e.output_index for e in explanations})
         meta["background_audit"] = _audit(model, background, outputs, seed, reference)
@@ -223,7 +228,7 @@ def explain(
 
 
 def _tree_result(
-    model: Model, inputs: np.ndarray, options: ShapleyOptions, target: int | None
+    model: Model, inputs: np.ndarray, options: ShapleyOptions, target: int | tuple[int, ...] | None
 ) -> ExplainResult:
     """Exact TreeSHAP by the booster's own library (path-dependent, in the raw margin)."""
     explanations = shapley_trees.tree_explanations(model, inputs, options.index, target)

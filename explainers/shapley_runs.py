@@ -1,8 +1,10 @@
-"""Per instance, one index of the `shapley` explainer: the game, an estimator, one output.
+"""Per instance, one index of the `shapley` explainer: the game, an estimator, the outputs.
 
 SV: `shapley_values`; API (aggregated positive interactions): `api_allocation`; the other
 interaction indices: `interactions`. `pick` turns a multi-output estimate into one Explanation
-(shared with cocoa and rankshap).
+(shared with cocoa and rankshap). With several targets, SV and API give every output from one
+estimate (the same coalitions); interaction indices explain one output per run, over a game
+memoised across the runs (`Memo`), so a coalition is paid for once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from explainers import api_allocation, interactions
 from explainers.estimators.base import Estimate
 from explainers.estimators.registry import shapley_values
 from explainers.explanation import Caveat, Explanation, OptionError
-from explainers.games import Game, GameRecorder
+from explainers.games import Game, GameRecorder, rows_per_coalition
 
 if TYPE_CHECKING:
     from explainers.shapley import ShapleyOptions
@@ -31,11 +33,25 @@ class Run(NamedTuple):
     budget: int  # per instance, model evaluations
     seed: int
     model: Model
-    target: int | None
+    target: int | tuple[int, ...] | None  # a tuple: several outputs, in the order asked
 
 
-def shapley_one(game: Game, n_players: int, run: Run) -> Explanation:
+def wanted(target: int | tuple[int, ...] | None) -> tuple[int | None, ...]:
+    """The outputs of one instance's explanations (None: the explainer's default)."""
+    return target if isinstance(target, tuple) else (target,)
+
+
+def shared(est: Estimate, model: Model, target: int | tuple[int, ...] | None) -> list[Explanation]:
+    """One explanation per output asked for, from one estimate: the first carries its model
+    evaluations, the others add none."""
+    picked = [pick(est, model, t) for t in wanted(target)]
+    return picked[:1] + [replace(e, n_model_evals=0) for e in picked[1:]]
+
+
+def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
     options, budget, seed, model, target = run
+    # target_se watches the explained output; with several, every output (a superset)
+    watch = None if isinstance(target, tuple) else target
     est = shapley_values(
         game,
         n_players,
@@ -44,10 +60,10 @@ def shapley_one(game: Game, n_players: int, run: Run) -> Explanation:
         seed=seed,
         sampler=options.sampler,
         target_se=options.target_se,
-        target_output=target if target is not None else partial(explained, model),
+        target_output=watch if target is not None else partial(explained, model),
         costly=model.modality == "text",
     )
-    return pick(est, model, target)
+    return shared(est, model, target)
 
 
 def explained(model: Model, full_value: np.ndarray) -> int:
@@ -97,7 +113,7 @@ def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
     )
 
 
-def api_one(game: Game, n_players: int, run: Run) -> Explanation:
+def api_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
     options, budget, seed, model, target = run
     if options.estimator not in ("auto", "exact", "permutation"):
         raise OptionError("API supports the estimators auto, exact and permutation")
@@ -105,11 +121,47 @@ def api_one(game: Game, n_players: int, run: Run) -> Explanation:
     est = api_allocation.api_values(
         recorder, np.random.default_rng(seed), options.api_variant, options.estimator
     )
-    return pick(est, model, target)
+    return shared(est, model, target)
 
 
-def interactions_one(game: Game, n_players: int, run: Run) -> Explanation:
-    options, budget, seed, model, target = run
+class Memo:
+    """A game memoised across the runs of several outputs: a coalition an earlier run
+    evaluated is not evaluated again; `rows` counts the model rows actually spent."""
+
+    def __init__(self, game: Game) -> None:
+        self.game = game
+        self.rows_per_coalition = rows_per_coalition(game)
+        self.rows = 0
+        self._memo: dict[bytes, np.ndarray] = {}
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        masks = np.asarray(masks, dtype=bool)
+        keys = [row.tobytes() for row in np.packbits(masks, axis=1)]
+        new = {k: i for i, k in enumerate(keys) if k not in self._memo}
+        if new:
+            values = np.asarray(self.game(masks[list(new.values())]), dtype=np.float64)
+            self._memo.update(zip(new, values, strict=True))
+            self.rows += len(new) * self.rows_per_coalition
+        if not keys:
+            return np.zeros((0,))
+        return np.stack([self._memo[k] for k in keys])
+
+
+def interactions_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
+    """One interaction run per output asked for (over one memo when there are several)."""
+    if not isinstance(run.target, tuple):
+        return [_interactions(game, n_players, run, run.target)]
+    memo = Memo(game)
+    out = []
+    for t in run.target:
+        before = memo.rows
+        explanation = _interactions(memo, n_players, run, t)
+        out.append(replace(explanation, n_model_evals=memo.rows - before))
+    return out
+
+
+def _interactions(game: Game, n_players: int, run: Run, target: int | None) -> Explanation:
+    options, budget, seed, model, _ = run
     output = target if target is not None or model.task == "classification" else 0
     res = interactions.interaction_values(
         game,

@@ -59,21 +59,28 @@ def why_not_tree(
 
 
 def tree_explanations(
-    model: Model, inputs: np.ndarray, index: str, target: int | None
+    model: Model, inputs: np.ndarray, index: str, target: int | tuple[int, ...] | None
 ) -> list[Explanation]:
-    """Exact TreeSHAP explanations of `inputs` [m, *input_shape] for one margin each."""
+    """Exact TreeSHAP explanations of `inputs` [m, *input_shape] for one margin each, or each
+    margin of a target tuple (instance-major)."""
     if model.tree is None:
         raise OptionError(f"{model.name} is not a tree model")
     rows = inputs.reshape(inputs.shape[0], -1)
     estimates = tree_shapley(model.tree, rows)
     outs = [
         target
+        if isinstance(target, tuple)
+        else (target,)
         if target is not None
-        else (int(np.argmax(e.full_value)) if model.task == "classification" else 0)
+        else ((int(np.argmax(e.full_value)) if model.task == "classification" else 0),)
         for e in estimates
     ]
-    if any(not 0 <= o < model.n_outputs for o in outs):
+    if any(not 0 <= o < model.n_outputs for os in outs for o in os):
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
     if index == "SV":
-        return [pick(e, model, o) for e, o in zip(estimates, outs, strict=True)]
-    return [pick(tree_sii(model.tree, rows[i : i + 1], o)[0], model, o) for i, o in enumerate(outs)]
+        return [pick(e, model, o) for e, os in zip(estimates, outs, strict=True) for o in os]
+    return [
+        pick(tree_sii(model.tree, rows[i : i + 1], o)[0], model, o)
+        for i, os in enumerate(outs)
+        for o in os
+    ]

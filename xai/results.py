@@ -4,6 +4,7 @@ objects and pandas DataFrames. Only numpy here; shap and pandas load when asked 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,21 @@ def text_tokens(text: Any, players: list[dict[str, Any]]) -> list[str]:
         return [text[a:b] for a, b in itertools.pairwise(cuts)]
     gaps = [s > e for e, s in zip(ends, starts[1:], strict=False)] + [False]
     return [p["text"] + (" " if gap else "") for p, gap in zip(players, gaps, strict=True)]
+
+
+def feature_row(data: Any, names: Sequence[str]) -> list[Any] | None:
+    """An instance as sent, in the players' order: a row (flat or nested list) or a
+    {feature: value} object; None when it is not one value per player (texts, image
+    patches, no data)."""
+    if isinstance(data, dict):
+        return [data[n] for n in names] if set(data) == set(names) else None
+    if data is None or isinstance(data, str):
+        return None
+    try:
+        flat = np.ravel(np.asarray(data, dtype=object)).tolist()
+    except ValueError:  # ragged
+        return None
+    return flat if len(flat) == len(names) else None
 
 
 def _ragged(rows: list[Any]) -> np.ndarray:
@@ -61,8 +77,9 @@ def shap_explanation(arguments: dict[str, Any]) -> Any:
 
 
 def frame(results: list[dict[str, Any]]) -> Any:
-    """Job results as a DataFrame, one row per instance: index, output, base value, output
-    value, then one column per player (tabular audits) or the players' texts and values."""
+    """Job results as a DataFrame, one row per instance and output: index, output_index,
+    output, base value, output value, then per player its value (a column named after it) and
+    the instance's value (`input.<name>`); for text, the players' texts and values."""
     import pandas as pd
 
     rows = []
@@ -73,6 +90,7 @@ def frame(results: list[dict[str, Any]]) -> Any:
         else:
             e = r["explanation"]
             row.update(
+                output_index=e.get("output_index"),
                 output=e["output_name"],
                 base_value=e["base_value"],
                 instance_output_value=e["instance_output_value"],
@@ -80,6 +98,9 @@ def frame(results: list[dict[str, Any]]) -> Any:
             names = r.get("feature_names") or []
             if len(names) == len(e["values"]):
                 row.update(zip(names, e["values"], strict=True))
+                data = feature_row(e.get("data"), names)
+                if data is not None:
+                    row.update({f"input.{n}": x for n, x in zip(names, data, strict=True)})
             else:  # text: each instance has its own players
                 row.update(
                     players=[p["text"] for p in e.get("players") or []], values=e["values"]
@@ -90,12 +111,15 @@ def frame(results: list[dict[str, Any]]) -> Any:
 
 @dataclass(frozen=True)
 class Explained:
-    """An explanation of one or more instances, as the service returned it."""
+    """An explanation of one or more instances, as the service returned it; with several
+    targets (a list or "all"), each instance has one explanation per output, in the order
+    asked, and the arrays gain a last axis of outputs (shap's multi-output layout)."""
 
     raw: dict[str, Any]
 
     @property
     def explanations(self) -> list[dict[str, Any]]:
+        """Flat, instance-major: with k targets, instance i's are [i * k, (i + 1) * k)."""
         return list(self.raw["data"]["explanations"])
 
     @property
@@ -103,72 +127,102 @@ class Explained:
         return list(self.raw["data"]["feature_names"])
 
     @property
+    def output_names(self) -> list[str] | None:
+        """The outputs of each instance's explanations with several targets, else None."""
+        targets = self.meta.get("targets")
+        return list(targets["output_names"]) if targets else None
+
+    @property
+    def _groups(self) -> list[list[dict[str, Any]]]:
+        """Per instance, its explanations (one, or one per target)."""
+        flat = self.explanations
+        k = len(self.output_names or [None])
+        return [flat[i : i + k] for i in range(0, len(flat), k)]
+
+    @property
     def is_text(self) -> bool:
         return any(e.get("players") for e in self.explanations)
 
     @property
     def values(self) -> np.ndarray:
-        """[m, n]; for text, an object array of per-instance arrays (players differ)."""
-        return _ragged([e["values"] for e in self.explanations])
+        """[m, n], or [m, n, k] with several targets; for text an object array of
+        per-instance arrays ([n_i] or [n_i, k]: players differ)."""
+        if self.output_names is None:
+            return _ragged([e["values"] for e in self.explanations])
+        return _ragged([np.stack([e["values"] for e in g], axis=-1) for g in self._groups])
 
     @property
     def base_values(self) -> np.ndarray:
-        return np.array([e["base_value"] for e in self.explanations])
+        """[m], or [m, k] with several targets."""
+        if self.output_names is None:
+            return np.array([e["base_value"] for e in self.explanations])
+        return np.array([[e["base_value"] for e in g] for g in self._groups])
 
     @property
     def meta(self) -> dict[str, Any]:
-        return dict(self.raw["meta"])
+        return dict(self.raw.get("meta") or {})
 
     @property
     def warnings(self) -> list[list[dict[str, Any]]]:
-        """Per instance: the warnings ({code, message}) that say how far to trust it."""
+        """Per explanation: the warnings ({code, message}) that say how far to trust it."""
         return [list(e.get("warnings") or []) for e in self.explanations]
 
     @property
     def instance_names(self) -> list[str]:
         """'<i>: <output name>': each instance explains its own output (as format=shap names
-        them; shap's output_names would describe an output axis, which there is none of)."""
+        them; shap's output_names would describe an output axis, which there is none of);
+        with several targets, '<i>' (the outputs are the output axis)."""
+        if self.output_names is not None:
+            return [str(i) for i in range(len(self._groups))]
         return [f"{i}: {e['output_name']}" for i, e in enumerate(self.explanations)]
 
     def to_frame(self) -> Any:
-        """One row per instance (see `frame`)."""
+        """One row per instance and output (see `frame`)."""
         names = self.feature_names
         return frame(
             [
                 {"index": i, "explanation": e, "feature_names": names}
-                for i, e in enumerate(self.explanations)
+                for i, g in enumerate(self._groups)
+                for e in g
             ]
         )
 
     def to_shap(self) -> Any:
         """A shap.Explanation: values, base values, data (feature values; for text the tokens
-        with their spacing, so shap.plots.text shows the text as written) and feature names."""
+        with their spacing, so shap.plots.text shows the text as written) and feature names;
+        with several targets values [m, n, k], base values [m, k] and output_names."""
         import shap
 
+        firsts = [g[0] for g in self._groups]
+        extra: dict[str, Any] = {}
+        if self.output_names is not None:
+            extra["output_names"] = self.output_names
         if self.is_text:
-            tokens = [text_tokens(e.get("data"), e.get("players") or []) for e in self.explanations]
+            tokens = [text_tokens(e.get("data"), e.get("players") or []) for e in firsts]
+            words = [[p["text"] for p in e.get("players") or []] for e in firsts]
             return shap.Explanation(
                 values=self.values,
                 base_values=self.base_values,
                 data=_ragged(tokens),
-                feature_names=_ragged(
-                    [[p["text"] for p in e.get("players") or []] for e in self.explanations]
-                ),
+                feature_names=_ragged(words),
                 instance_names=self.instance_names,
+                **extra,
             )
         values = self.values
         data = None
-        try:
-            rows = np.array([np.ravel(e["data"]) for e in self.explanations], dtype=float)
-            data = rows if rows.shape == values.shape else None
-        except (TypeError, ValueError):  # no data, or not numbers
-            pass
+        rows = [feature_row(e.get("data"), self.feature_names) for e in firsts]
+        if rows and all(row is not None for row in rows):
+            try:
+                data = np.array(rows, dtype=float)
+            except (TypeError, ValueError):  # not numbers
+                data = None
         return shap.Explanation(
             values=values,
             base_values=self.base_values,
             data=data,
             feature_names=self.feature_names,
             instance_names=self.instance_names,
+            **extra,
         )
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from app.cache import CacheUnavailable
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
-from app.inputs import to_array
+from app.inputs import ALL, to_array
 from app.jobs.context import CancelWatch, JobContext
 from app.jobs.store import Job, JobStore
 from app.schemas import ExplainResponse, request_model, spec_fields
@@ -36,6 +36,12 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
         raise PayloadTooLarge(f"at most {max_instances} instances per job")
     model = svc.model(body.model)
     spec = svc.explainer(model, body.explainer)
+    if isinstance(body.target, list) or body.target == ALL:
+        raise InvalidInput(
+            "an audit explains one output per row: target takes one output (an index or a "
+            "name); submit one audit per output, or explain several outputs with "
+            "POST /v2/models/{model}/explain/{explainer}"
+        )
     fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
     fields.update(body.model_extra or {})
     body_model = request_model(spec)

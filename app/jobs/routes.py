@@ -54,7 +54,11 @@ class JobRequest(BaseModel):
         "images (default: the model's reference data); train-autognothi: training sentences "
         "(default: generated from the VADER lexicon)",
     )
-    target: int | str | None = None
+    target: int | str | list[int | str] | None = Field(
+        None,
+        description="audit: one output (index or name) for every row; default: each row's "
+        "predicted class (classifiers) or the single output",
+    )
     seed: int = Field(0, ge=0, le=2**32 - 1)
     budget: int | None = Field(None, ge=1)
     background: list[Any] | None = None
