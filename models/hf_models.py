@@ -145,8 +145,8 @@ def _info(ck: Checkpoint, hf: nn.Module, **extra: Any) -> dict[str, Any]:
 def _classifier(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> TextModel:
     from transformers import AutoModelForSequenceClassification
 
+    tok = _tokenizer(root, ck.config.get("vocab_size"))  # before the weights: cheaper
     hf = _weights(AutoModelForSequenceClassification, root)
-    tok = _tokenizer(root, ck.config.get("vocab_size"))
     max_tokens = _max_tokens(ck, tok, 510)
     runner = Runner(tok, max_tokens, hf)
     problem = ck.config.get("problem_type")
@@ -228,8 +228,8 @@ def _json_file(path: Path) -> dict[str, Any]:
 def _encoder(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> TextModel:
     from transformers import AutoModel
 
-    hf = _weights(AutoModel, root, ignore=("pooler.",))
     tok = _tokenizer(root, ck.config.get("vocab_size"))
+    hf = _weights(AutoModel, root, ignore=("pooler.",))
     mode, normalize = _pooling(ck, root)
     st = (
         _json_file(root / "sentence_bert_config.json")
@@ -285,8 +285,8 @@ def _encoder(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> Tex
 def _ranker(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> RankerModel:
     from transformers import AutoModelForSequenceClassification
 
+    tok = _tokenizer(root, ck.config.get("vocab_size"))  # before the weights: cheaper
     hf = _weights(AutoModelForSequenceClassification, root)
-    tok = _tokenizer(root, ck.config.get("vocab_size"))
     runner = Runner(tok, _max_tokens(ck, tok, 510), hf)
 
     def forward(*args: torch.Tensor) -> torch.Tensor:
@@ -345,8 +345,8 @@ def _language_model(decl: Declaration, ck: Checkpoint, root: Path, version: str)
 
     from models.lm import LanguageModel
 
-    hf = _weights(AutoModelForCausalLM, root)
     tok = _tokenizer(root, ck.config.get("vocab_size"))
+    hf = _weights(AutoModelForCausalLM, root)
     if hf.get_output_embeddings() is None:
         raise InvalidModelError("the causal LM has no output embeddings (lm_head)")
     adapter = CausalAdapter(hf).eval()
