@@ -4,7 +4,9 @@ LightGBM) or remote OIP models."""
 from __future__ import annotations
 
 import json
+import math
 import re
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -12,9 +14,12 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, PayloadTooLarge
+from app.hf_registration import hf_declaration
 from app.routes import metadata
 from app.schemas import ModelMetadata
+from models.archive import is_gzip, is_tar, zip_names
 from models.base import Model, ModelError
+from models.facts import Facts, file_facts
 from models.store import ModelStore
 from models.user import FORMATS, Declaration
 from models.user import register as register_model
@@ -48,10 +53,14 @@ def _input_range(raw: str | None) -> tuple[float, float] | None:
 
 
 def sniff_format(data: bytes) -> str:
-    """The upload's format from its first bytes (a zip is TorchScript; never a pickle)."""
+    """The upload's format from its first bytes (never a pickle): a .tar.gz/.tar, or a zip with
+    a config.json, is a Hugging Face checkpoint folder; another zip is TorchScript."""
     head = data[:512].lstrip()
     if data[:2] == b"PK":
-        return "torchscript"
+        hf = any(n.rsplit("/", 1)[-1] == "config.json" for n in zip_names(data))
+        return "huggingface" if hf else "torchscript"
+    if is_gzip(data) or is_tar(data):
+        return "huggingface"
     if head.startswith(b"tree\n") or head.startswith(b"tree\r\n"):
         return "lightgbm"
     if head.startswith(b"{") and (b'"learner"' in data[:4096] or b"learner" in data[:64]):
@@ -59,54 +68,125 @@ def sniff_format(data: bytes) -> str:
     return "onnx"
 
 
+def _shape(raw: str | None) -> tuple[int, ...] | None:
+    shape = _json_list("input_shape", raw)
+    if shape is None:
+        return None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 4096 for d in shape):
+        raise InvalidInput("input_shape must list positive integers (without the batch axis)")
+    return tuple(shape)
+
+
+def _strings(field: str, raw: str | None) -> tuple[str, ...] | None:
+    values = _json_list(field, raw)
+    if values is not None and not all(isinstance(v, str) for v in values):
+        raise InvalidInput(f"{field} must be a JSON list of strings")
+    return None if values is None else tuple(values)
+
+
+def _show(values: tuple[str, ...]) -> str:
+    shown = ", ".join(repr(v) for v in values[:8])
+    return f"[{shown}]" if len(values) <= 8 else f"[{shown}, ... ({len(values)} in all)]"
+
+
+def _contradictions(
+    fmt: str,
+    facts: Facts,
+    modality: str | None,
+    shape: tuple[int, ...] | None,
+    outputs: tuple[str, ...] | None,
+    features: tuple[str, ...] | None,
+    task: str | None,
+) -> list[str]:
+    """Each declared field that the file states otherwise, naming both values."""
+    found = []
+    source = f"the {fmt} file"
+    if modality and facts.modality and modality != facts.modality:
+        found.append(f"modality {modality!r}: {source} has a {facts.modality} input")
+    if shape and facts.input_shape and math.prod(shape) != math.prod(facts.input_shape):
+        states = (
+            f"reads {facts.input_shape[0]} features"
+            if len(facts.input_shape) == 1
+            else f"states input_shape {list(facts.input_shape)}"
+        )
+        found.append(f"input_shape {list(shape)} has {math.prod(shape)} values per row; "
+                     f"{source} {states}")  # fmt: skip
+    if task and facts.task and task != facts.task:
+        what = "objective" if fmt in ("xgboost", "lightgbm") else "model"
+        found.append(f"task {task!r}: {source} states a {facts.task} {what}")
+    if outputs and facts.output_names and len(outputs) != len(facts.output_names):
+        found.append(f"output_names lists {len(outputs)} names; {source} has "
+                     f"{len(facts.output_names)} outputs {_show(facts.output_names)}")  # fmt: skip
+    if features and facts.feature_names and features != facts.feature_names:
+        found.append(f"feature_names {_show(features)} differ from the names {source} stores "
+                     f"{_show(facts.feature_names)}")  # fmt: skip
+    return found
+
+
 def declaration(
     name: str,
-    modality: str,
-    input_shape: str,
-    output_names: str,
-    feature_names: str | None,
-    task: str | None,
     fmt: str,
+    facts: Facts,
+    *,
+    modality: str | None = None,
+    input_shape: str | None = None,
+    output_names: str | None = None,
+    feature_names: str | None = None,
+    task: str | None = None,
     input_range: str | None = None,
     onnx_output: str | None = None,
     remote_url: str | None = None,
     remote_output: str | None = None,
 ) -> Declaration:
+    """The declared fields, else what the model file states (`facts`); a declared field that
+    contradicts the file is a 400 naming both values."""
     if not NAME.match(name):
         raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-', starting alnum")
-    if modality not in ("tabular", "image"):
-        raise InvalidInput("modality must be tabular or image for registered models")
-    shape = _json_list("input_shape", input_shape) or []
-    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 4096 for d in shape):
-        raise InvalidInput("input_shape must list positive integers (without the batch axis)")
-    size = 1
-    for d in shape:
-        size *= d
-    if size > 100_000:
-        raise InvalidInput("input_shape is too large (over 100,000 features)")
-    outputs = _json_list("output_names", output_names) or []
-    features = _json_list("feature_names", feature_names) or [f"x{i}" for i in range(size)]
-    if not all(isinstance(o, str) for o in [*outputs, *features]) or len(features) != size:
-        raise InvalidInput(f"feature_names must be {size} strings; output_names strings")
-    task = task or ("classification" if len(outputs) > 1 else "regression")
-    if task not in ("classification", "regression"):
-        raise InvalidInput("task must be classification or regression")
     if fmt not in FORMATS:
         raise InvalidInput(f"format must be one of {list(FORMATS)}")
     if remote_output is not None and fmt != "remote":
         raise InvalidInput("remote_output applies to remote models only")
     if onnx_output is not None and fmt != "onnx":
         raise InvalidInput("onnx_output applies to ONNX models only")
+    if onnx_output is not None and onnx_output != facts.onnx_output:  # facts of another tensor
+        facts = replace(facts, task=None, output_names=None, onnx_output=None)
+    shape, outputs = _shape(input_shape), _strings("output_names", output_names)
+    features = _strings("feature_names", feature_names)
+    wrong = _contradictions(fmt, facts, modality, shape, outputs, features, task)
+    if wrong:
+        raise InvalidInput("; ".join(wrong), code="invalid_model")
+    modality = modality or facts.modality
+    shape = shape or facts.input_shape
+    outputs = outputs or facts.output_names
+    missing = [f for f, v in [("modality", modality), ("input_shape", shape),
+                              ("output_names", outputs)] if not v]  # fmt: skip
+    if missing or modality is None or shape is None or outputs is None:
+        raise InvalidInput(
+            f"a {fmt} model does not state {' or '.join(missing)}: send "
+            f"{'them' if len(missing) > 1 else 'it'} as form fields (modality: tabular or image; "
+            "input_shape and output_names: JSON lists)"
+        )
+    if modality not in ("tabular", "image"):
+        raise InvalidInput("modality must be tabular or image for registered models")
+    size = math.prod(shape)
+    if size > 100_000:
+        raise InvalidInput("input_shape is too large (over 100,000 features)")
+    features = features or facts.feature_names or tuple(f"x{i}" for i in range(size))
+    if len(features) != size:
+        raise InvalidInput(f"feature_names must be {size} strings (one per input value)")
+    task = task or facts.task or ("classification" if len(outputs) > 1 else "regression")
+    if task not in ("classification", "regression"):
+        raise InvalidInput("task must be classification or regression")
     return Declaration(
         name,
         modality,
         task,
-        tuple(shape),
-        tuple(outputs),
-        tuple(features),
+        shape,
+        outputs,
+        features,
         format=fmt,
         input_range=_input_range(input_range),
-        onnx_output=onnx_output,
+        onnx_output=onnx_output or facts.onnx_output,
         remote_url=remote_url,
         remote_output=remote_output,
     )
@@ -128,13 +208,22 @@ async def _read(upload: UploadFile, limit: int, what: str) -> bytes:
 async def register(
     request: Request,
     name: str = Form(...),
-    modality: str = Form(...),
-    input_shape: str = Form(..., description="JSON list, without the batch dimension"),
-    output_names: str = Form(..., description="JSON list"),
-    feature_names: str | None = Form(None, description="JSON list"),
+    modality: str | None = Form(
+        None, description="tabular or image; default: what the file states"
+    ),
+    input_shape: str | None = Form(
+        None, description="JSON list, without the batch dimension; default: the file's"
+    ),
+    output_names: str | None = Form(
+        None, description="JSON list; default: the file's outputs (class labels where stored)"
+    ),
+    feature_names: str | None = Form(
+        None, description="JSON list; default: the names the file stores, else x0, x1, ..."
+    ),
     task: str | None = Form(
-        None, description="classification or regression (default: classification when there "
-        "are several outputs)"
+        None,
+        description="classification or regression; default: the file's (objective, "
+        "classifier node), else classification when there are several outputs",
     ),
     file: UploadFile | None = File(
         None,
@@ -145,6 +234,11 @@ async def register(
         None, description="torchscript, onnx, xgboost or lightgbm; default: read from the file"
     ),
     remote_url: str | None = Form(None, description="Open Inference Protocol model URL"),
+    uri: str | None = Form(
+        None,
+        description="huggingface: a checkpoint folder under the server's MODEL_REPOSITORY "
+        "(instead of file, for models beyond the upload size)",
+    ),
     remote_output: str | None = Form(
         None, description="remote models: the output to request by name (default: the first)"
     ),
@@ -160,31 +254,66 @@ async def register(
 ) -> JSONResponse:
     """Register (or re-register: a new version) a model; admin scope."""
     state = request.app.state
-    registry = state.service.registry
     limit = state.settings.max_model_bytes
-    if (file is None) == (remote_url is None):
-        raise InvalidInput("send exactly one of file (a model file) or remote_url")
+    if sum(x is not None for x in (file, remote_url, uri)) != 1:
+        raise InvalidInput("send exactly one of file (a model file), remote_url or uri")
     files: dict[str, bytes] = {}
     if file is not None:
         files["model"] = await _read(file, limit, "model")
     if background is not None:
         files["background"] = await _read(background, limit, "background")
-    fmt = "remote" if remote_url is not None else (format or sniff_format(files["model"]))
+    fmt = "remote" if remote_url is not None else "huggingface" if uri is not None else (
+        format or sniff_format(files["model"])
+    )
+    if fmt == "huggingface" or uri is not None:  # a checkpoint folder: models/hf.py
+        if not NAME.match(name):
+            raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-'")
+        if format not in (None, "huggingface") or background is not None:
+            raise InvalidInput("uri and Hugging Face checkpoints take no background or other "
+                               "format: send format huggingface (or none)")  # fmt: skip
+        decl = await anyio.to_thread.run_sync(
+            lambda: hf_declaration(
+                name,
+                files.get("model"),
+                uri,
+                state.settings.model_repository,
+                modality=modality,
+                task=task,
+                output_names=output_names,
+                input_shape=input_shape,
+                feature_names=feature_names,
+            )
+        )
+        return await _store(request, decl, files)
+    facts = Facts()
+    if "model" in files:
+        try:
+            facts = await anyio.to_thread.run_sync(file_facts, fmt, files["model"])
+        except ModelError as exc:
+            raise InvalidInput(str(exc), code="invalid_model") from None
     decl = declaration(
         name,
-        modality,
-        input_shape,
-        output_names,
-        feature_names,
-        task,
         fmt,
-        input_range,
-        onnx_output,
-        remote_url,
-        remote_output,
+        facts,
+        modality=modality,
+        input_shape=input_shape,
+        output_names=output_names,
+        feature_names=feature_names,
+        task=task,
+        input_range=input_range,
+        onnx_output=onnx_output,
+        remote_url=remote_url,
+        remote_output=remote_output,
     )
-    if name in registry.builtin_names():
-        raise ApiError(f"{name!r} is a built-in model", code="conflict").with_status(409)
+    return await _store(request, decl, files)
+
+
+async def _store(request: Request, decl: Declaration, files: dict[str, bytes]) -> JSONResponse:
+    """Build and check the model (its test pass), then store and register it: 201."""
+    state = request.app.state
+    registry = state.service.registry
+    if decl.name in registry.builtin_names():
+        raise ApiError(f"{decl.name!r} is a built-in model", code="conflict").with_status(409)
 
     def build() -> tuple[Model, dict[str, Any]]:
         try:
