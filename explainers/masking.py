@@ -15,10 +15,13 @@ from models.base import Model
 
 
 class MaskerOptions(BaseModel):
-    """What "absent" means: background rows (interventional) or a fixed baseline."""
+    """What "absent" means: background rows (interventional) or a fixed baseline.
+
+    `interventional` is `background` by its other name (shap's feature_perturbation): tree models
+    answer it with interventional TreeSHAP."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    type: Literal["background", "baseline"]
+    type: Literal["background", "baseline", "interventional"]
     value: float | list[Any] | None = Field(
         None, description="baseline: a number, or one value per input feature (any nesting)"
     )
@@ -32,7 +35,7 @@ def masker_references(
     model: Model, masker: MaskerOptions, background: np.ndarray | None
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Reference rows [r, *input_shape] and their description for the echo."""
-    if masker.type == "background":
+    if masker.type in ("background", "interventional"):
         source = "request" if background is not None else "model"
         if background is None and model.background is None:
             raise OptionError(f"model {model.name!r} has no default background; send one")

@@ -21,6 +21,7 @@ from explainers.estimators.registry import (
     choose_estimator,
     shapley_values,
 )
+from explainers.estimators.tree import InterventionalUnavailable
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import ExplainerError, Game
 from explainers.games import text as text_game
@@ -30,7 +31,7 @@ from explainers.masking import masker_references as _references
 from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
-VERSION = "2"  # 2: sampled estimators draw in rounds (same seed, new answers): new cache keys
+VERSION = "3"  # 3: tree models with background rows: interventional TreeSHAP (2: sampling rounds)
 
 
 class ShapleyOptions(ExplainerOptions):
@@ -40,13 +41,14 @@ class ShapleyOptions(ExplainerOptions):
         description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
         "exact when 2^n coalitions fit the budget, else gp below 3n coalitions and kernel from "
         "3n (SV), or the index's default sampler; svarm is for interaction indices only; "
-        "tree: exact path-dependent TreeSHAP",
+        "tree: exact TreeSHAP (path-dependent; interventional with background rows)",
     )
     output: Literal["auto", "prediction", "margin"] = Field(
         "auto",
         description="the explained output space: prediction (class probabilities, or the "
-        "regression output) or margin (tree models' raw score: log-odds for classifiers); auto: "
-        "margin for tree models, prediction otherwise",
+        "regression output) or margin (tree models' raw score: log-odds for classifiers, log for "
+        "log-link regressors; meta.parameters.output_space says which); auto: margin for tree "
+        "models, prediction otherwise",
     )
     index: Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII", "API"] = Field(
         "SV",
@@ -139,7 +141,7 @@ def _array_plan(
         for x in inputs
     ]
     drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
-    resolved = {"masker": masker_echo, "output": space}
+    resolved = {"masker": masker_echo, "output": space, **shapley_trees.space_label(model, space)}
     return _Plan(games, tuple(names), frozenset(drop), resolved, budget, cost)
 
 
@@ -179,12 +181,21 @@ def explain(
     caveats: tuple[Caveat, ...] = ()
     if model.tree is not None or options.estimator == "tree" or options.output == "margin":
         space = shapley_trees.output_space(model, options.output)
-        custom = background is not None or options.masker is not None
-        reason = shapley_trees.why_not_tree(model, space, options.index, options.max_order, custom)
+        masker = None if options.masker is None else options.masker.type
+        mode, reason = shapley_trees.tree_mode(
+            model, space, options.index, options.max_order, masker, background is not None
+        )
         if options.estimator == "tree" and reason is not None:
             raise OptionError(reason)
-        if options.estimator in ("auto", "tree") and reason is None:
-            return _tree_result(model, inputs, options, target)
+        if options.estimator in ("auto", "tree") and mode is not None:
+            try:
+                return _tree_result(
+                    model, inputs, options, target, mode, background, seed, reference
+                )
+            except InterventionalUnavailable as exc:  # found out by computing: said, fallen back
+                if options.estimator == "tree":
+                    raise
+                reason = str(exc)
         if model.tree is not None and options.estimator == "auto" and reason is not None:
             caveats = (Caveat("estimator_fallback", f"not TreeSHAP: {reason}"),)
     if isinstance(model, TextModel):
@@ -228,19 +239,39 @@ def explain(
 
 
 def _tree_result(
-    model: Model, inputs: np.ndarray, options: ShapleyOptions, target: int | tuple[int, ...] | None
+    model: Model,
+    inputs: np.ndarray,
+    options: ShapleyOptions,
+    target: int | tuple[int, ...] | None,
+    mode: str,
+    background: np.ndarray | None,
+    seed: int,
+    reference: np.ndarray | None,
 ) -> ExplainResult:
-    """Exact TreeSHAP by the booster's own library (path-dependent, in the raw margin)."""
-    explanations = shapley_trees.tree_explanations(model, inputs, options.index, target)
+    """Exact TreeSHAP: path-dependent by the booster's own library (the raw margin), or
+    interventional against background rows by shap (the margin or the prediction)."""
+    space = shapley_trees.output_space(model, options.output)
+    rows, masker = None, shapley_trees.PATH_DEPENDENT
+    if mode == "interventional":
+        rows, masker = shapley_trees.interventional_rows(model, background)
+    explanations = shapley_trees.tree_explanations(
+        model, inputs, options.index, target, space, rows
+    )
     drop = _index_drop(options.index) | {"players", "absence", "patch_size", "sampler"}
     echo = options.echo(drop=drop)
-    echo.update(estimator="tree", output="margin", masker=shapley_trees.PATH_DEPENDENT)
+    echo.update(estimator="tree", output=space, masker=masker)
+    echo.update(shapley_trees.space_label(model, space))
+    meta: dict[str, Any] = {}
+    if background is not None:
+        outputs = sorted({e.output_index for e in explanations})
+        meta["background_audit"] = _audit(model, background, outputs, seed, reference)
     return ExplainResult(
         tuple(explanations),
         tuple(model.feature_names),
         echo,
-        budget=1,
+        budget=1 if rows is None else len(rows) + 1,
         additive=options.index == "SV",
+        meta=meta,
     )
 
 

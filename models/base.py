@@ -76,14 +76,16 @@ class TreeEnsemble(Protocol):
         """-> float64 [m, k]: class probabilities, or the regression prediction."""
         ...
 
-    def why_not_interventional(self, probability: bool) -> str | None:
-        """Why interventional TreeSHAP cannot explain the margin (or probability); None: it can."""
+    def why_not_interventional(self, prediction: bool) -> str | None:
+        """Why interventional TreeSHAP cannot explain the margin (or the prediction) exactly;
+        None: it can."""
         ...
 
     def interventional_values(
-        self, x: np.ndarray, background: np.ndarray, probability: bool
+        self, x: np.ndarray, background: np.ndarray, prediction: bool = False
     ) -> np.ndarray:
-        """-> float64 [m, k, n_features]: interventional TreeSHAP values against the rows."""
+        """-> float64 [m, k, n_features]: interventional TreeSHAP values of the margin against
+        the background rows."""
         ...
 
     def contributions(self, x: np.ndarray) -> np.ndarray:

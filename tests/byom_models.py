@@ -302,21 +302,33 @@ def xgboost_frame(
     )  # fmt: skip
 
 
-def lightgbm_frame(name: str = "lgbm-frame", kind: str = "multiclass") -> UserModel:
-    """A LightGBM classifier fitted on a wine DataFrame with a pandas categorical column
-    (LightGBM's own categorical splits), saved with `booster_.save_model("m.txt")`."""
+def lightgbm_frame(
+    name: str = "lgbm-frame", kind: str = "multiclass", categorical: bool = True
+) -> UserModel:
+    """A LightGBM classifier on a wine DataFrame ("multiclass", "binary"; with a pandas
+    categorical column: LightGBM's own categorical splits) or a regressor on diabetes
+    ("regression"), saved with `booster_.save_model("m.txt")`."""
     import lightgbm as lgb
 
-    x, y = frame_data(kind, categorical=True)
-    est = lgb.LGBMClassifier(n_estimators=30, random_state=0, verbose=-1, n_jobs=1).fit(x, y)
-    outputs = ["class_0", "class_1", "class_2"] if kind == "multiclass" else ["rest", "class_1"]
+    x, y = frame_data(kind, categorical)
+    common: dict[str, Any] = {"n_estimators": 30, "random_state": 0, "verbose": -1, "n_jobs": 1}
+    if kind == "regression":
+        est: Any = lgb.LGBMRegressor(**common).fit(x, y)
+        outputs, task = ["progression"], "regression"
+
+        def predict(r: np.ndarray) -> np.ndarray:
+            return np.asarray(est.predict(as_frame(r, x))).reshape(-1, 1)
+    else:
+        est = lgb.LGBMClassifier(**common).fit(x, y)
+        outputs = ["class_0", "class_1", "class_2"] if kind == "multiclass" else ["rest", "class_1"]
+        task = "classification"
+
+        def predict(r: np.ndarray) -> np.ndarray:
+            return np.asarray(est.predict_proba(as_frame(r, x)))
+
     data = _saved(est.booster_.save_model, "txt")
     rows = as_numbers(x)
-
-    def predict(r: np.ndarray) -> np.ndarray:
-        return np.asarray(est.predict_proba(as_frame(r, x)))
-
     return UserModel(
-        name, data, _frame_form(name, x, outputs, "classification"), predict,
-        rows[[0, 70, 150]], rows[::7][:20], est,
+        name, data, _frame_form(name, x, outputs, task), predict, rows[[0, 70, 150]],
+        rows[::7][:20], est,
     )  # fmt: skip

@@ -172,7 +172,9 @@ def test_xgboost_interactions_equal_shap(client: TestClient) -> None:
                                    atol=1e-4)  # fmt: skip
 
 
-def test_tree_fallbacks_say_why(client: TestClient) -> None:
+def test_tree_background_is_interventional_treeshap(client: TestClient) -> None:
+    """With background rows, exact interventional TreeSHAP of the margin (issue 25), equal to
+    enumerating the interventional game; what it cannot give exactly falls back, says why."""
     model = bm.xgboost_model("xgb-fallback", "classification")
     register(client, model)
     row = model.rows[:1].tolist()
@@ -181,21 +183,28 @@ def test_tree_fallbacks_say_why(client: TestClient) -> None:
     body = {"inputs": row, "target": 1, "background": bg.tolist(),
             "parameters": {"output": "prediction"}}  # fmt: skip
     out = explain(client, model.name, body)
-    e = out["data"]["explanations"][0]
-    assert e["estimator"] == "exact" and out["meta"]["parameters"]["output"] == "prediction"
+    e, params = out["data"]["explanations"][0], out["meta"]["parameters"]
+    assert e["estimator"] == "exact" and params["output"] == "prediction"
+    assert params["output_space"] == "probability"
     codes = {w["code"]: w["message"] for w in e["warnings"]}
     assert "not TreeSHAP" in codes["estimator_fallback"]
     truth = exact_interventional(model.predict, model.rows[0].astype(np.float64), bg, 1)
     np.testing.assert_allclose(e["values"], truth, atol=2e-5)
-    # A background with the default output: the margin, explained model-agnostically.
+    # A background with the default output: the margin (log-odds).
     out = explain(client, model.name, {"inputs": row, "target": 1, "background": bg.tolist()})
-    assert out["data"]["explanations"][0]["estimator"] == "exact"
-    assert out["meta"]["parameters"]["output"] == "margin"
+    e, params = out["data"]["explanations"][0], out["meta"]["parameters"]
+    assert e["estimator"] == "tree" and e["exact"] and not e["warnings"]
+    assert params["output"] == "margin" and params["output_space"] == "log-odds"
+    assert params["masker"]["type"] == "interventional" and params["masker"]["rows"] == 5
     margin = lambda r: model.native.predict(r, output_margin=True)[:, None] * [-1, 1]  # noqa: E731
     truth = exact_interventional(margin, model.rows[0].astype(np.float64), bg, 1)
-    np.testing.assert_allclose(out["data"]["explanations"][0]["values"], truth, atol=1e-4)
-    # estimator tree cannot honour a background: a clear 400.
-    body = {"inputs": row, "background": bg.tolist(), "parameters": {"estimator": "tree"}}
+    np.testing.assert_allclose(out["data"]["explanations"][0]["values"], truth, atol=1e-5)
+    # SII has no interventional TreeSHAP: model-agnostic, said so; estimator tree: a clear 400.
+    body = {"inputs": row, "background": bg.tolist(), "parameters": {"index": "SII"}}
+    e = explain(client, model.name, body)["data"]["explanations"][0]
+    codes = {w["code"]: w["message"] for w in e["warnings"]}
+    assert e["estimator"] != "tree" and "not TreeSHAP" in codes["estimator_fallback"]
+    body["parameters"]["estimator"] = "tree"
     assert explain(client, model.name, body, status=400)["code"] == "invalid_option"
 
 
