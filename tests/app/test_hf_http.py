@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from models.base import ModelNotReadyError
 from models.registry import ModelRegistry
 from tests.models import hf_fixtures as fx
 
@@ -155,6 +156,12 @@ def test_text_machinery_answers(client: TestClient, classifier: dict[str, Any]) 
 
 
 def test_causal_lm_answers_attribot_and_contextcite(client: TestClient) -> None:
+    zipped = client.post(
+        "/v2/repository/models",
+        data={"name": "tiny-llama-zip"},
+        files={"file": ("m.zip", fx.archived("lm", "zip"))},
+    )
+    assert zipped.status_code == 201 and zipped.json()["modality"] == "lm", zipped.text
     r = register(client, "tiny-llama", fx.archived("lm"))
     assert r.status_code == 201, r.text
     assert r.json()["modality"] == "lm" and r.json()["explainers"] == ["attribot"]
@@ -191,6 +198,13 @@ def test_cross_encoder_by_uri_answers_rankshap(client: TestClient, repository: P
     body = {"query": "capital of france", "documents": ["paris is the capital", "bread", "rome"]}
     out = post(client, "/v2/models/tiny-cross/explain/rankshap", {**body, "parameters": {"k": 2}})
     assert out["data"]["explanations"][0]["details"]["ranking"]
+    # another process builds it from the store; a folder changed since registration is refused
+    app: Any = client.app
+    fresh = ModelRegistry(app.state.settings.model_dir, store=app.state.user_models)
+    assert fresh.get("tiny-cross").version == r.json()["versions"][0]
+    (repository / "rankers" / "tiny-cross" / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(ModelNotReadyError, match="changed since it was registered"):
+        ModelRegistry(app.state.settings.model_dir, store=app.state.user_models).get("tiny-cross")
     for uri in ("../outside", "/etc", "rankers/none"):
         r = client.post("/v2/repository/models", data={"name": "bad-uri", "uri": uri})
         assert r.status_code == 400 and "MODEL_REPOSITORY" in r.json()["error"]
