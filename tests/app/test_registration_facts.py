@@ -276,3 +276,27 @@ def test_onnx_contradictions(client: TestClient) -> None:
         r = post(client, "wine-onnx-wrong", data, fields)
         assert r.status_code == 400 and text in r.json()["error"], r.text
     assert not stored(client, "wine-onnx-wrong")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: bm.xgboost_frame("xgb-frame-cat", "multiclass", categorical=True),
+        lambda: bm.lightgbm_frame("lgbm-frame-cat", "multiclass", categorical=True),
+    ],
+)
+def test_categorical_dataframe_boosters(client: TestClient, build: Any) -> None:
+    model = build()
+    assert model.file is not None
+    meta = register(client, model.name, model.file)
+    assert meta["feature_names"] == json.loads(model.form["feature_names"])
+    assert meta["output_names"] == ["0", "1", "2"] and meta["task"] == "classification"
+    rows = np.asarray(model.rows, dtype=np.float64)
+    body = {"inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP64",
+                        "data": rows.reshape(-1).tolist()}]}  # fmt: skip
+    r = client.post(f"/v2/models/{model.name}/infer", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()["outputs"][0]
+    got = np.asarray(out["data"]).reshape(out["shape"])
+    np.testing.assert_allclose(got, model.predict(rows), rtol=1e-5, atol=1e-6)
+    explain(client, model.name, {"inputs": rows[:1].tolist()})
