@@ -42,7 +42,7 @@ def app_client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def test_sync_client_explain_and_audit(app_client: TestClient) -> None:
-    client = Client(http=app_client)
+    client = Client(http=app_client)  # type: ignore[arg-type]  # TestClient is an httpx2.Client
     assert {m["name"] for m in client.models()} >= {"diabetes-mlp"}
     explained = client.explain("diabetes-mlp", [ROW, ROW], seed=1)
     assert explained.values.shape == (2, 10) and explained.meta["exact"]
@@ -231,7 +231,7 @@ def test_console_script_runs_from_another_folder(tmp_path: Path) -> None:
 
 
 def test_plots_evaluate_and_frames(app_client: TestClient, tmp_path: Path) -> None:
-    client = Client(http=app_client)
+    client = Client(http=app_client)  # type: ignore[arg-type]  # TestClient is an httpx2.Client
     png = client.plot("diabetes-mlp", [ROW], kind="waterfall")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     saved = client.plot("diabetes-mlp", [ROW], format="svg", path=tmp_path / "w.svg")
@@ -291,7 +291,7 @@ def test_shap_round_trip_of_text(app_client: TestClient) -> None:
     matplotlib.use("Agg")
     from xai import shap_explanation
 
-    client = Client(http=app_client)
+    client = Client(http=app_client)  # type: ignore[arg-type]  # TestClient is an httpx2.Client
     texts = ["The food was wonderful.", TEXT]
     explained = client.explain("sentiment-minilm", texts)
     sx = explained.to_shap()
@@ -326,7 +326,7 @@ def test_shap_round_trip_of_a_table(app_client: TestClient) -> None:
 
     from xai import shap_explanation
 
-    client = Client(http=app_client)
+    client = Client(http=app_client)  # type: ignore[arg-type]  # TestClient is an httpx2.Client
     rows = [[v + 3 * i for v in ROW] for i in range(6)]
     explained = client.explain("diabetes-mlp", rows, seed=0)
     r = app_client.post("/v2/plots?format=shap", json=explained.raw)

@@ -1,6 +1,7 @@
 """Python client and CLI of the attribution service."""
 
-from xai.client import AsyncClient, Client, ServiceError, Unreachable, XaiError
+from xai.client import AsyncClient, Client
+from xai.errors import JobTimeout, ServiceError, Unreachable, XaiError
 from xai.results import AuditResult, Evaluated, Explained, shap_explanation
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "Client",
     "Evaluated",
     "Explained",
+    "JobTimeout",
     "ServiceError",
     "Unreachable",
     "XaiError",

@@ -16,16 +16,31 @@ from xai.client import Client, XaiError
 from xai.results import frame
 
 
-def read_instances(path: Path) -> list[Any]:
-    """CSV (header = feature names), JSON lines (a row or {feature: value} each) or JSON list."""
-    if path.suffix == ".csv":
-        import pandas as pd
+def read_instances(path: Path) -> Any:
+    """CSV or Parquet (header = feature names: a DataFrame, checked against the model's
+    features), .npy (rows or images), JSON lines (a row or {feature: value} each) or a JSON
+    list; an XaiError when the file cannot be read."""
+    try:
+        if path.suffix in (".csv", ".parquet"):
+            import pandas as pd
 
-        return list(pd.read_csv(path).to_dict(orient="records"))
-    text = path.read_text()
-    if path.suffix == ".json":
-        return list(json.loads(text))
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+            return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        if path.suffix == ".npy":
+            import numpy as np
+
+            return np.load(path, allow_pickle=False)
+        text = path.read_text()
+        if path.suffix == ".json":
+            rows = json.loads(text)
+            if not isinstance(rows, list):
+                raise XaiError(f"{path}: a JSON file of instances holds a list")
+            return rows
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except XaiError:
+        raise
+    except (OSError, ValueError, ImportError) as exc:  # missing, unreadable, not that format
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:200]
+        raise XaiError(f"cannot read instances from {path}: {reason}") from None
 
 
 def table(results: list[dict[str, Any]]) -> Any:
@@ -44,27 +59,42 @@ def write(results: list[dict[str, Any]], output: str | None, fmt: str | None) ->
         return
     if output is None:
         raise XaiError(f"--output is required for {fmt}")
-    table_ = table(results)
-    if fmt == "csv":
-        table_.to_csv(output, index=False)
-    elif fmt == "parquet":
-        table_.to_parquet(output, index=False)
-    else:
+    if fmt not in ("csv", "parquet"):
         raise XaiError(f"unknown format {fmt!r}: use jsonl, csv or parquet")
+    table_ = table(results)
+    try:
+        if fmt == "csv":
+            table_.to_csv(output, index=False)
+        else:
+            table_.to_parquet(output, index=False)
+    except OSError as exc:
+        raise XaiError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def client(args: argparse.Namespace) -> Client:
     return Client(getattr(args, "url", None), api_key=getattr(args, "api_key", None))
 
 
+def parse_target(text: str) -> Any:
+    """--target: an index or a name, "all", a comma-separated list or a JSON list."""
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise XaiError(f"--target {text!r} is not a JSON list: {exc}") from None
+    parts = [p.strip() for p in text.split(",")]
+    values = [int(p) if p.isdigit() else p for p in parts]
+    return values if len(values) > 1 else values[0]
+
+
 def request_fields(args: argparse.Namespace) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "seed": args.seed,
-        "budget": args.budget,
-        "parameters": json.loads(args.parameters),
-    }
+    try:
+        parameters = json.loads(args.parameters)
+    except json.JSONDecodeError as exc:
+        raise XaiError(f"--parameters is not JSON: {exc}") from None
+    fields: dict[str, Any] = {"seed": args.seed, "budget": args.budget, "parameters": parameters}
     if args.target is not None:
-        fields["target"] = int(args.target) if args.target.isdigit() else args.target
+        fields["target"] = parse_target(args.target)
     return fields
 
 
@@ -91,7 +121,7 @@ def audit(args: argparse.Namespace) -> int:
 
 def explain(args: argparse.Namespace) -> int:
     path = Path(args.input)
-    if path.suffix in (".csv", ".json", ".jsonl") and path.exists():
+    if path.suffix in (".csv", ".json", ".jsonl", ".parquet", ".npy") and path.exists():
         inputs = read_instances(path)
     else:  # one instance inline: a JSON row or object, or a text
         try:
@@ -118,10 +148,11 @@ def explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(explained.raw))
         return 0
+    k = len(explained.output_names or [None])  # explanations per instance
     for i, e in enumerate(explained.explanations):
         names = [p["text"] for p in e.get("players") or []] or explained.feature_names
         print(
-            f"[{i}] {e['output_name']}: f(x) = {e['instance_output_value']:.6g}, "
+            f"[{i // k}] {e['output_name']}: f(x) = {e['instance_output_value']:.6g}, "
             f"E[f(x)] = {e['base_value']:.6g}"
         )
         order = sorted(range(len(e["values"])), key=lambda j: -abs(e["values"][j]))
@@ -181,12 +212,14 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--explainer", default="shapley")
         p.add_argument("--budget", type=int)
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--target")
+        p.add_argument(
+            "--target", help='an output index or name, "all", or a list: 0,1 or ["a", "b"]'
+        )
         p.add_argument("--parameters", default="{}", help="explainer options as JSON")
 
     p = sub.add_parser("audit", parents=[common], help="explain every row of a file as a job")
     p.add_argument("model")
-    p.add_argument("file", help=".csv (header = features), .jsonl or .json")
+    p.add_argument("file", help=".csv or .parquet (header = features), .npy, .jsonl or .json")
     request_options(p)
     p.add_argument("--chunk-size", type=int)
     p.add_argument("--idempotency-key")
@@ -197,7 +230,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", parents=[common], help="explain one instance (or a file)")
     p.add_argument("model")
-    p.add_argument("input", help="a JSON row or object, a text, or a .csv/.jsonl/.json file")
+    p.add_argument(
+        "input", help="a JSON row or object, a text, or a .csv/.parquet/.npy/.jsonl/.json file"
+    )
     request_options(p)
     p.add_argument("--top", type=int, default=10, help="players printed, largest |value| first")
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")

@@ -1,5 +1,9 @@
 """HTTP client (httpx, sync and async) with typed results that convert to shap.Explanation
-and pandas DataFrames. XAI_URL and XAI_API_KEY give the defaults of the server and the key."""
+and pandas DataFrames. XAI_URL and XAI_API_KEY give the defaults of the server and the key.
+
+Inputs, backgrounds and audit rows may be lists, numpy arrays or pandas DataFrames (columns
+named as the model's features, in any order: xai/inputs.py); `target` an output, a list of
+outputs or "all". Every failure is an XaiError."""
 
 from __future__ import annotations
 
@@ -13,31 +17,13 @@ from typing import Any
 
 import httpx
 
+from xai import inputs as convert
+from xai.errors import JobTimeout, ServiceError, Unreachable, XaiError
 from xai.results import AuditResult, Evaluated, Explained, frame, shap_explanation, text_tokens
 
 FINAL = ("succeeded", "failed", "cancelled")
 DEFAULT_URL = "http://127.0.0.1:8000"
 IMAGES = ("png", "svg")
-
-
-class XaiError(Exception):
-    """Anything the client reports: the message is one line, fit for a terminal."""
-
-
-class Unreachable(XaiError):
-    """No answer from the server (refused, unknown host, timed out)."""
-
-
-class ServiceError(XaiError):
-    """A 4xx/5xx answer: the service's message, machine code and HTTP status."""
-
-    def __init__(self, status: int, body: Any) -> None:
-        self.status = status
-        self.code = body.get("code") if isinstance(body, dict) else None
-        message = body.get("error") if isinstance(body, dict) else str(body)[:200]
-        if status == 401:
-            message = f"{message} (set XAI_API_KEY or pass api_key / --api-key)"
-        super().__init__(f"{status} {self.code}: {message}")
 
 
 def default_url(url: str | None = None) -> str:
@@ -49,9 +35,47 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _unreachable(http: httpx.Client | httpx.AsyncClient, exc: httpx.TransportError) -> Unreachable:
+def _unreachable(http: httpx.Client | httpx.AsyncClient, exc: Exception) -> XaiError:
     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if not isinstance(exc, httpx.TransportError):  # an invalid URL, a broken stream
+        return XaiError(f"request to {http.base_url} failed: {reason}")
     return Unreachable(f"cannot reach the service at {http.base_url}: {reason}")
+
+
+FAILED = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError)
+
+
+def _sendable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`json=` encoded here (numpy numbers as numbers; NaN and other non-JSON an XaiError)."""
+    if "json" not in kwargs:
+        return kwargs
+    body = kwargs.pop("json")
+    headers = {"Content-Type": "application/json", **(kwargs.pop("headers", None) or {})}
+    return {**kwargs, "content": convert.encode(body), "headers": headers}
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise XaiError(
+            f"the service answered {response.status_code} with a body that is not JSON: "
+            f"{response.text[:80]!r}"
+        ) from None
+
+
+def _name(model: Any) -> str:
+    if not isinstance(model, str) or not model or "/" in model:
+        raise XaiError(f"model: a registered model's name, got {model!r}")
+    return model
+
+
+def _write(path: str | Path, data: bytes) -> Path:
+    try:
+        Path(path).write_bytes(data)
+    except OSError as exc:
+        raise XaiError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return Path(path)
 
 
 def _check(response: httpx.Response) -> httpx.Response:
@@ -68,16 +92,35 @@ def _explain_body(inputs: list[Any], **fields: Any) -> dict[str, Any]:
     return {"inputs": inputs, **{k: v for k, v in fields.items() if v is not None}}
 
 
+def _converted(
+    inputs: Any, fields: dict[str, Any], model: dict[str, Any] | None
+) -> tuple[list[Any], dict[str, Any]]:
+    """Instances and request fields as JSON-ready lists (background rows, target)."""
+    rows = convert.instances(inputs, model, "inputs")
+    out = dict(fields)
+    if out.get("background") is not None:
+        out["background"] = convert.instances(out["background"], model, "background")
+    if "target" in out:
+        out["target"] = convert.target(out["target"])
+    return rows, out
+
+
 def _plot_result(response: httpx.Response, fmt: str, path: str | Path | None) -> Any:
     """PNG/SVG bytes, a Vega-Lite dict or a shap.Explanation; with `path`, the file written."""
     if path is not None:
-        Path(path).write_bytes(response.content)
-        return Path(path)
+        return _write(path, response.content)
     if fmt in IMAGES:
         return response.content
     if fmt == "shap":
-        return shap_explanation(response.json())
-    return response.json()
+        return shap_explanation(_json(response))
+    return _json(response)
+
+
+def _line(line: str) -> dict[str, Any]:
+    try:
+        return dict(json.loads(line))
+    except (ValueError, TypeError):
+        raise XaiError(f"a result line that is not a JSON object: {line[:80]!r}") from None
 
 
 class Client:
@@ -96,8 +139,12 @@ class Client:
         timeout: float = 120,
         http: httpx.Client | None = None,
     ) -> None:
-        self.http = http or httpx.Client(base_url=default_url(base_url), timeout=timeout)
+        try:
+            self.http = http or httpx.Client(base_url=default_url(base_url), timeout=timeout)
+        except FAILED as exc:
+            raise XaiError(f"base_url {default_url(base_url)!r}: {exc}") from None
         self.http.headers.update(auth_headers(api_key))
+        self._models: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> Client:
         return self
@@ -106,40 +153,56 @@ class Client:
         self.http.close()
 
     def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One call; `json=` is encoded by the client (numpy numbers welcome)."""
+        sent = _sendable(kwargs)
         try:
-            return _check(self.http.request(method, url, **kwargs))
-        except httpx.TransportError as exc:
+            return _check(self.http.request(method, url, **sent))
+        except FAILED as exc:
             raise _unreachable(self.http, exc) from None
 
     def models(self) -> list[dict[str, Any]]:
-        return list(self.request("GET", "/v2/models").json())
+        return list(_json(self.request("GET", "/v2/models")))
 
     def model(self, name: str) -> dict[str, Any]:
-        return dict(self.request("GET", f"/v2/models/{name}").json())
+        return dict(_json(self.request("GET", f"/v2/models/{_name(name)}")))
+
+    def _metadata(self, name: str, *values: Any) -> dict[str, Any] | None:
+        """The model's metadata when one of `values` is an array or DataFrame (fetched once)."""
+        if not any(convert.needs_model(v) for v in values):
+            return None
+        if name not in self._models:
+            self._models[name] = self.model(name)
+        return self._models[name]
+
+    def _request_body(self, model: str, inputs: Any, fields: dict[str, Any]) -> dict[str, Any]:
+        meta = self._metadata(_name(model), inputs, fields.get("background"))
+        rows, converted = _converted(inputs, fields, meta)
+        return _explain_body(rows, **converted)
 
     def explain(
         self,
         model: str,
-        inputs: list[Any],
+        inputs: Any,
         *,
         explainer: str = "shapley",
         use_cache: bool = True,
         **fields: Any,
     ) -> Explained:
-        """fields: target, seed, budget, background, parameters (the explain request)."""
+        """inputs: a list, numpy array or DataFrame. fields: target (an output, a list of
+        outputs or "all"), seed, budget, background, parameters (the explain request)."""
         headers = {} if use_cache else {"Cache-Control": "no-cache"}
         r = self.request(
             "POST",
             f"/v2/models/{model}/explain/{explainer}",
-            json=_explain_body(inputs, **fields),
+            json=self._request_body(model, inputs, fields),
             headers=headers,
         )
-        return Explained(r.json())
+        return Explained(_json(r))
 
     def plot(
         self,
         model: str,
-        inputs: list[Any],
+        inputs: Any,
         *,
         explainer: str = "shapley",
         format: str = "png",
@@ -155,7 +218,7 @@ class Client:
             "POST",
             f"/v2/models/{model}/explain/{explainer}/plot",
             params={"format": format, "kind": kind, "index": index, "max_features": max_features},
-            json=_explain_body(inputs, **fields),
+            json=self._request_body(model, inputs, fields),
         )
         return _plot_result(r, format, path)
 
@@ -181,8 +244,8 @@ class Client:
     def evaluate(
         self,
         model: str,
-        inputs: list[Any],
-        attributions: list[list[float]] | None = None,
+        inputs: Any,
+        attributions: Any = None,
         *,
         explainer: str | dict[str, Any] | None = None,
         **fields: Any,
@@ -192,22 +255,24 @@ class Client:
         patch_size, players, evaluation."""
         call = {"name": explainer} if isinstance(explainer, str) else explainer
         body = {"attributions": attributions, "explainer": call, **fields}
-        r = self.request("POST", f"/v2/models/{model}/evaluate", json=_explain_body(inputs, **body))
-        return Evaluated(r.json())
+        r = self.request(
+            "POST", f"/v2/models/{model}/evaluate", json=self._request_body(model, inputs, body)
+        )
+        return Evaluated(_json(r))
 
     def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return str(self.request("POST", "/v2/jobs", json=body, headers=headers).json()["id"])
+        return str(_json(self.request("POST", "/v2/jobs", json=body, headers=headers))["id"])
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self.request("GET", f"/v2/jobs/{job_id}").json())
+        return dict(_json(self.request("GET", f"/v2/jobs/{job_id}")))
 
     def jobs(self, limit: int = 100, status: str | None = None) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {})}
-        return list(self.request("GET", "/v2/jobs", params=params).json())
+        return list(_json(self.request("GET", "/v2/jobs", params=params)))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return dict(self.request("DELETE", f"/v2/jobs/{job_id}").json())
+        return dict(_json(self.request("DELETE", f"/v2/jobs/{job_id}")))
 
     def results(self, job_id: str, offset: int = 0) -> Iterator[dict[str, Any]]:
         """Result lines from `offset` (resume a download where it stopped)."""
@@ -220,8 +285,8 @@ class Client:
                     _check(r)
                 for line in r.iter_lines():
                     if line:
-                        yield json.loads(line)
-        except httpx.TransportError as exc:
+                        yield _line(line)
+        except FAILED as exc:
             raise _unreachable(self.http, exc) from None
 
     def results_frame(self, job_id: str) -> Any:
@@ -269,7 +334,7 @@ class Client:
                 if status["status"] in FINAL:
                     return status
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"job {job_id} still {status['status']}")
+                    raise JobTimeout(f"job {job_id} still {status['status']} after {timeout} s")
                 time.sleep(poll)
         finally:
             if bar is not None:
@@ -278,7 +343,7 @@ class Client:
     def audit(
         self,
         model: str,
-        inputs: list[Any],
+        inputs: Any,
         *,
         explainer: str = "shapley",
         progress: bool = True,
@@ -287,14 +352,10 @@ class Client:
         timeout: float | None = None,
         **fields: Any,
     ) -> AuditResult:
-        """Submit an audit, show progress, wait, and download every result."""
-        body = {
-            "kind": "audit",
-            "model": model,
-            "explainer": explainer,
-            "inputs": inputs,
-            **{k: v for k, v in {**fields, "chunk_size": chunk_size}.items() if v is not None},
-        }
+        """Submit an audit of `inputs` (a list of rows or {feature: value} objects, a numpy
+        array or a DataFrame), show progress, wait, and download every result."""
+        explained = self._request_body(model, inputs, {**fields, "chunk_size": chunk_size})
+        body = {"kind": "audit", "model": model, "explainer": explainer, **explained}
         job_id = self.submit(body, idempotency_key)
         status = self.wait(job_id, progress=progress, timeout=timeout)
         return AuditResult(status, list(self.results(job_id)))
@@ -311,8 +372,12 @@ class AsyncClient:
         timeout: float = 120,
         http: httpx.AsyncClient | None = None,
     ) -> None:
-        self.http = http or httpx.AsyncClient(base_url=default_url(base_url), timeout=timeout)
+        try:
+            self.http = http or httpx.AsyncClient(base_url=default_url(base_url), timeout=timeout)
+        except FAILED as exc:
+            raise XaiError(f"base_url {default_url(base_url)!r}: {exc}") from None
         self.http.headers.update(auth_headers(api_key))
+        self._models: dict[str, dict[str, Any]] = {}
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -321,18 +386,33 @@ class AsyncClient:
         await self.http.aclose()
 
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        sent = _sendable(kwargs)
         try:
-            return _check(await self.http.request(method, url, **kwargs))
-        except httpx.TransportError as exc:
+            return _check(await self.http.request(method, url, **sent))
+        except FAILED as exc:
             raise _unreachable(self.http, exc) from None
 
     async def models(self) -> list[dict[str, Any]]:
-        return list((await self.request("GET", "/v2/models")).json())
+        return list(_json(await self.request("GET", "/v2/models")))
+
+    async def model(self, name: str) -> dict[str, Any]:
+        return dict(_json(await self.request("GET", f"/v2/models/{_name(name)}")))
+
+    async def _request_body(
+        self, model: str, inputs: Any, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        meta = None
+        if any(convert.needs_model(v) for v in (inputs, fields.get("background"))):
+            if _name(model) not in self._models:
+                self._models[model] = await self.model(model)
+            meta = self._models[model]
+        rows, converted = _converted(inputs, fields, meta)
+        return _explain_body(rows, **converted)
 
     async def explain(
         self,
         model: str,
-        inputs: list[Any],
+        inputs: Any,
         *,
         explainer: str = "shapley",
         use_cache: bool = True,
@@ -342,42 +422,37 @@ class AsyncClient:
         r = await self.request(
             "POST",
             f"/v2/models/{model}/explain/{explainer}",
-            json=_explain_body(inputs, **fields),
+            json=await self._request_body(model, inputs, fields),
             headers=headers,
         )
-        return Explained(r.json())
+        return Explained(_json(r))
 
     async def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         r = await self.request("POST", "/v2/jobs", json=body, headers=headers)
-        return str(r.json()["id"])
+        return str(_json(r)["id"])
 
     async def job(self, job_id: str) -> dict[str, Any]:
-        return dict((await self.request("GET", f"/v2/jobs/{job_id}")).json())
+        return dict(_json(await self.request("GET", f"/v2/jobs/{job_id}")))
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
-        return dict((await self.request("DELETE", f"/v2/jobs/{job_id}")).json())
+        return dict(_json(await self.request("DELETE", f"/v2/jobs/{job_id}")))
 
     async def results(self, job_id: str, offset: int = 0) -> list[dict[str, Any]]:
         r = await self.request("GET", f"/v2/jobs/{job_id}/results", params={"offset": offset})
-        return [json.loads(line) for line in r.text.splitlines() if line]
+        return [_line(line) for line in r.text.splitlines() if line]
 
     async def audit(
         self,
         model: str,
-        inputs: list[Any],
+        inputs: Any,
         *,
         explainer: str = "shapley",
         poll: float = 0.5,
         **fields: Any,
     ) -> AuditResult:
-        body = {
-            "kind": "audit",
-            "model": model,
-            "explainer": explainer,
-            "inputs": inputs,
-            **{k: v for k, v in fields.items() if v is not None},
-        }
+        explained = await self._request_body(model, inputs, fields)
+        body = {"kind": "audit", "model": model, "explainer": explainer, **explained}
         job_id = await self.submit(body)
         while (status := await self.job(job_id))["status"] not in FINAL:
             await asyncio.sleep(poll)
@@ -390,6 +465,7 @@ __all__ = [
     "Client",
     "Evaluated",
     "Explained",
+    "JobTimeout",
     "ServiceError",
     "Unreachable",
     "XaiError",

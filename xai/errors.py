@@ -1,0 +1,29 @@
+"""The client's errors: every failure it reports is an XaiError with a one-line message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class XaiError(Exception):
+    """Anything the client reports: the message is one line, fit for a terminal."""
+
+
+class Unreachable(XaiError):
+    """No answer from the server (refused, unknown host, timed out)."""
+
+
+class JobTimeout(XaiError, TimeoutError):
+    """A job did not finish within the time waited for it."""
+
+
+class ServiceError(XaiError):
+    """A 4xx/5xx answer: the service's message, machine code and HTTP status."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.code = body.get("code") if isinstance(body, dict) else None
+        message = body.get("error") if isinstance(body, dict) else str(body)[:200]
+        if status == 401:
+            message = f"{message} (set XAI_API_KEY or pass api_key / --api-key)"
+        super().__init__(f"{status} {self.code}: {message}")
