@@ -121,7 +121,7 @@ def audit(args: argparse.Namespace) -> int:
 
 def explain(args: argparse.Namespace) -> int:
     path = Path(args.input)
-    if path.suffix in (".csv", ".json", ".jsonl", ".parquet", ".npy") and path.exists():
+    if path.suffix in (".csv", ".json", ".jsonl", ".parquet", ".npy"):  # a file, not a text
         inputs = read_instances(path)
     else:  # one instance inline: a JSON row or object, or a text
         try:

@@ -148,9 +148,11 @@ def _non_finite(body: Any, path: str = "") -> str:
     """' at <path>' of the first non-finite number, or ''."""
     if isinstance(body, float | np.floating) and not math.isfinite(float(body)):
         return f" at {path or 'the top'}"
-    items = body.items() if isinstance(body, dict) else enumerate(body) if isinstance(
-        body, list | tuple
-    ) else ()
+    items: Any = ()
+    if isinstance(body, dict):
+        items = body.items()
+    elif isinstance(body, list | tuple):
+        items = enumerate(body)
     for key, value in items:
         found = _non_finite(value, f"{path}[{key!r}]" if path else str(key))
         if found:
