@@ -230,13 +230,16 @@ def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray,
 class IntegratedGradientsOptions(ExplainerOptions):
     """Options of the `integrated-gradients` explainer."""
     baseline: Literal[
-        "zero", "constant", "mean", "blur", "uniform", "gaussian", "supplied", "expected"
+        "zero", "constant", "mean", "blur", "uniform", "gaussian", "supplied", "expected",
+        "mask", "pad",
     ] = Field(
         "zero",
         description="zero; constant (baseline_value, a number); mean of the background rows; "
         "blur (images: Gaussian blur of the input); uniform noise in the data range; gaussian "
         "noise around the input (IG-SG reference); supplied (baseline_value, one value per "
-        "feature); expected: background rows (expected gradients)",
+        "feature); expected: background rows (expected gradients). Text models (on the input "
+        "embeddings): mask (the default there: every token's embedding replaced by the mask "
+        "token's), pad, or zero",
     )
     baseline_value: float | list[Any] | None = Field(
         None, description="constant: a number; supplied: one value per input feature"
@@ -290,6 +293,8 @@ def make_baselines(
             raise OptionError(f"baseline_value needs {model.n_features} values, got {value.size}")
         if not np.all(np.isfinite(value)):
             raise OptionError("baseline_value must be finite")
+    if kind in ("mask", "pad"):
+        raise OptionError(f"baseline {kind!r} applies to text models")
     static = STATIC_BASELINES.get(kind)
     if static is not None:
         absence = Absence(static, options.baseline_value, options.blur_sigma)
@@ -347,6 +352,10 @@ def explain(
     background: np.ndarray | None = None,
 ) -> ExplainResult:
     """Integrated gradients (or a re-calibrated estimator) of each input for one output."""
+    if isinstance(model, TextModel):  # on the input embeddings of a Hugging Face classifier
+        from explainers.text_gradients import explain_text
+
+        return explain_text(model, [str(t) for t in inputs], options, target, budget)
     require_gradients(model)
     echo = resolve(options)
     if options.baseline == "blur":

@@ -23,6 +23,7 @@ from explainers import (
 from explainers.context import LEARNED_BASELINE, Pin, RunContext
 from explainers.explanation import ExplainResult
 from explainers.games import ExplainerError
+from explainers.text_gradients import hook_of
 from models.base import Model
 
 
@@ -82,6 +83,12 @@ def unsupported(spec: ExplainerSpec, model: Model) -> UnsupportedModelError | No
             f"explainer {spec.name!r} does not support {model.modality} models",
             "unsupported_modality",
         )
+    if "differentiable" in spec.needs and model.modality == "text" and not hook_of(model):
+        return UnsupportedModelError(
+            f"{spec.name} on a text model needs its input embeddings (a Hugging Face text "
+            f"classifier); {model.name} does not expose them: use shapley",
+            "not_differentiable",
+        )
     if "differentiable" in spec.needs and not model.differentiable:
         return UnsupportedModelError(
             f"{spec.name} needs input gradients; {model.name} is a black box without them "
@@ -115,7 +122,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "integrated-gradients",
         gradients.VERSION,
-        ("tabular", "image"),
+        ("tabular", "image", "text"),
         gradients.IntegratedGradientsOptions,
         gradients.explain,
         "Integrated gradients from zero, constant, mean, blur, noise, supplied or background "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,50 @@ class Runner:
         return np.stack([parts[i] for i in range(len(encs))]).astype(np.float32)
 
 
+class EmbeddingHook:
+    """A classifier from its input embeddings, with gradients: what integrated gradients on
+    the embeddings needs (explainers/text_gradients.py)."""
+
+    def __init__(self, hf: Any, tok: Any, runner: Runner, link: str) -> None:
+        self.hf, self.runner, self.link = hf, runner, link
+        self.mask_id = tok.mask_token_id
+        self.pad_id = runner.pad_id
+
+    def encode(self, text: str) -> tuple[list[int], list[int], list[tuple[int, int]], list[bool]]:
+        """Token ids (special tokens included), type ids, character offsets, special flags."""
+        enc = self.runner.tokenizer.encode(text)
+        offsets = [(int(a), int(b)) for a, b in enc.offsets]
+        return (
+            list(enc.ids),
+            list(enc.type_ids),
+            offsets,
+            [bool(f) for f in enc.special_tokens_mask],
+        )
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Input (word) embeddings of token ids [b, t] on the model's device: [b, t, d]."""
+        layer = self.hf.get_input_embeddings()
+        return layer(ids.to(module_device(self.hf)))
+
+    def scores(self, embeds: torch.Tensor, types: torch.Tensor, output: str) -> torch.Tensor:
+        """Outputs [b, k] from input embeddings [b, t, d]: the model's (probabilities) or logits."""
+        device = module_device(self.hf)
+        kwargs: dict[str, Any] = {"inputs_embeds": embeds.to(device)}
+        if self.runner.types:
+            kwargs["token_type_ids"] = types.to(device)
+        logits = self.hf(**kwargs).logits
+        if output == "logit" or self.link == "identity":
+            return logits
+        return torch.softmax(logits, dim=-1) if self.link == "softmax" else torch.sigmoid(logits)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbeddingTextModel(TextModel):
+    """A Hugging Face text classifier whose input embeddings can be differentiated."""
+
+    embeddings: EmbeddingHook
+
+
 def _max_tokens(ck: Checkpoint, tok: Any, cap: int) -> int:
     positions = int(ck.config.get("max_position_embeddings") or ck.config.get("n_positions") or cap)
     limit = int(tok.model_max_length) if 0 < tok.model_max_length < 1_000_000 else positions
@@ -169,7 +214,7 @@ def _classifier(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> 
         out = runner.run(texts, forward)
         return out.reshape(len(texts), len(decl.output_names))
 
-    return TextModel(
+    return EmbeddingTextModel(
         name=decl.name,
         modality="text",
         task=decl.task,
@@ -185,6 +230,7 @@ def _classifier(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> 
         version=version,
         platform="huggingface",
         info=_info(ck, hf, outputs=f"{link} of the logits", max_tokens=max_tokens),
+        embeddings=EmbeddingHook(hf, tok, runner, link),
     )
 
 

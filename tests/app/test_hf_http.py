@@ -88,7 +88,12 @@ def test_classifier_registers_with_name_and_file(
     assert meta["output_names"] == ["negative", "positive"] and meta["feature_names"] == []
     assert meta["inputs"] == [{"name": "input", "datatype": "BYTES", "shape": [-1]}]
     assert meta["platform"] == "huggingface"
-    assert meta["explainers"] == ["shapley", "autognothi", "sufficient-subset"]
+    assert meta["explainers"] == [
+        "shapley",
+        "integrated-gradients",
+        "autognothi",
+        "sufficient-subset",
+    ]
     assert classifier["versions"] == meta["versions"]
 
 
@@ -153,6 +158,41 @@ def test_text_machinery_answers(client: TestClient, classifier: dict[str, Any]) 
     assert "BYTES" in bad["error"]
     bad = post(client, f"{url}/explain/shapley", {"inputs": [[1.5, 2.0]]}, status=400)
     assert bad["code"]
+
+
+def test_integrated_gradients_on_embeddings_equal_captum(
+    client: TestClient, classifier: dict[str, Any]
+) -> None:
+    from captum.attr import LayerIntegratedGradients
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    text = SENTENCE + "!"
+    url = "/v2/models/minilm-clf/explain/integrated-gradients"
+    out = post(client, url, {"inputs": [text], "target": "positive"})
+    e = out["data"]["explanations"][0]
+    assert out["meta"]["parameters"]["baseline"] == "mask"
+    assert [p["text"] for p in e["players"]] == SENTENCE.split()
+    assert abs(e["details"]["completeness_gap"]) < 1e-4
+    tokens = [t["value"] for t in e["details"]["tokens"]]
+    assert sum(e["values"]) + e["details"]["unassigned"] == pytest.approx(sum(tokens), abs=1e-9)
+
+    path = fx.folder("classifier")
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    hf = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True).eval()
+    ids = tok(text, return_tensors="pt")["input_ids"]
+    special = torch.tensor(tok.get_special_tokens_mask(ids[0], already_has_special_tokens=True))
+    base = torch.where(special.bool(), ids, tok.mask_token_id)
+
+    def probability(ids: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(hf(input_ids=ids).logits, dim=-1)
+
+    lig = LayerIntegratedGradients(probability, hf.bert.embeddings.word_embeddings)
+    attr = lig.attribute(ids, base, target=1, n_steps=50, method="gausslegendre")
+    expected = attr.sum(dim=-1)[0][~special.bool()].detach().numpy()
+    assert np.abs(np.array(tokens) - expected).max() < 1e-5
+    for params in ({"baseline": "blur"}, {"estimator": "valid_ip"}):
+        r = client.post(url, json={"inputs": [text], "parameters": params})
+        assert r.status_code == 400, r.text
 
 
 def test_causal_lm_answers_attribot_and_contextcite(client: TestClient) -> None:

@@ -91,6 +91,10 @@ BODIES: dict[tuple[str, str], Callable[[Kind], dict[str, Any]]] = {
         "inputs": [k.instance],
         "parameters": {"steps": 4},
     },
+    ("integrated-gradients", "text"): lambda k: {  # Hugging Face text classifiers
+        "inputs": [k.instance],
+        "parameters": {"steps": 4},
+    },
     ("uni", "tabular"): lambda k: {
         "inputs": [k.instance],
         "parameters": {"pgd_steps": 2, "ig_steps": 4},
