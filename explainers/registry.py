@@ -133,7 +133,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "uni",
         uni.VERSION,
-        ("tabular", "image"),
+        ("tabular", "image", "text"),
         uni.UniOptions,
         uni.explain,
         "UNI: integrated gradients from an unlearning-matched baseline (one ascent step on a "

@@ -42,6 +42,10 @@ class EmbeddingHook(Protocol):
 
     def scores(self, embeds: torch.Tensor, types: torch.Tensor, output: str) -> torch.Tensor: ...
 
+    def module(self, types: torch.Tensor) -> torch.nn.Module: ...
+
+    def embedding_std(self) -> torch.Tensor: ...
+
 
 def hook_of(model: Model) -> EmbeddingHook | None:
     """The model's embedding hook (Hugging Face text classifiers), else None."""
@@ -60,7 +64,7 @@ def _baseline(
         return hook.embed(torch.where(special, ids, token)[None])[0]
 
 
-def _token_values(
+def token_values(
     hook: EmbeddingHook,
     x: torch.Tensor,
     b: torch.Tensor,
@@ -122,8 +126,10 @@ def explain_text(
             ends = hook.scores(torch.stack([x, b]), types.expand(2, -1), options.output)
         ends_np = ends.double().cpu().numpy()
         out = pick_target(model, target, ends_np[0])
-        tokens = _token_values(hook, x, b, types, out, alphas, weights, options.output)
-        explanations.append(_explanation(str(text), tokens, offsets, special_l, ends_np, out, cost))
+        tokens = token_values(hook, x, b, types, out, alphas, weights, options.output)
+        explanations.append(
+            explanation_of(str(text), tokens, offsets, special_l, ends_np, out, cost)
+        )
     return ExplainResult(
         tuple(explanations),
         (),
@@ -133,15 +139,16 @@ def explain_text(
     )
 
 
-def _explanation(
+def explanation_of(
     text: str,
     tokens: torch.Tensor,
     offsets: list[tuple[int, int]],
     special: list[bool],
     ends: np.ndarray,
     out: int,
-    cost: int,
+    cost: int = 0,
 ) -> Explanation:
+    """One text's explanation from its token values: per word, tokens in details."""
     from explainers.gradients import check_finite
 
     values = tokens.double().cpu().numpy()

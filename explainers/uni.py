@@ -31,7 +31,7 @@ from explainers.gradients import (
     scores_at,
 )
 from explainers.options import ExplainerOptions
-from models.base import Model
+from models.base import Model, TextModel
 
 VERSION = "2"
 _TINY = 1e-12
@@ -281,6 +281,10 @@ def explain(
     background: np.ndarray | None = None,
 ) -> ExplainResult:
     """UNI attributions of each input for one class (the predicted one by default)."""
+    if isinstance(model, TextModel):  # on the input embeddings of a Hugging Face classifier
+        from explainers.text_uni import explain_text_uni
+
+        return explain_text_uni(model, [str(t) for t in inputs], options, target, budget)
     require_gradients(model)
     if model.task != "classification":
         raise OptionError("UNI unlearns a class (cross-entropy): it needs a classifier")

@@ -154,12 +154,33 @@ class EmbeddingHook:
 
     def scores(self, embeds: torch.Tensor, types: torch.Tensor, output: str) -> torch.Tensor:
         """Outputs [b, k] from input embeddings [b, t, d]: the model's (probabilities) or logits."""
+        return FromEmbeddings(self.hf, types, self.link, self.runner.types, output)(embeds)
+
+    def module(self, types: torch.Tensor) -> nn.Module:
+        """The classifier as a module of input embeddings [b, t, d] -> probabilities [b, k]
+        (UNI unlearns a copy of it)."""
+        return FromEmbeddings(self.hf, types, self.link, self.runner.types, "probability")
+
+    def embedding_std(self) -> torch.Tensor:
+        """Per-dimension standard deviation of the vocabulary's embeddings. [d]"""
+        with torch.no_grad():
+            return self.hf.get_input_embeddings().weight.float().std(dim=0)
+
+
+class FromEmbeddings(nn.Module):
+    """input embeddings [b, t, d] -> outputs [b, k] of a sequence classifier (fixed type ids)."""
+
+    def __init__(self, hf: Any, types: torch.Tensor, link: str, typed: bool, output: str) -> None:
+        super().__init__()
+        self.hf, self.types, self.link, self.typed, self.output = hf, types, link, typed, output
+
+    def forward(self, embeds: torch.Tensor) -> torch.Tensor:
         device = module_device(self.hf)
         kwargs: dict[str, Any] = {"inputs_embeds": embeds.to(device)}
-        if self.runner.types:
-            kwargs["token_type_ids"] = types.to(device)
+        if self.typed:
+            kwargs["token_type_ids"] = self.types.to(device).expand(len(embeds), -1)
         logits = self.hf(**kwargs).logits
-        if output == "logit" or self.link == "identity":
+        if self.output == "logit" or self.link == "identity":
             return logits
         return torch.softmax(logits, dim=-1) if self.link == "softmax" else torch.sigmoid(logits)
 

@@ -91,6 +91,7 @@ def test_classifier_registers_with_name_and_file(
     assert meta["explainers"] == [
         "shapley",
         "integrated-gradients",
+        "uni",
         "autognothi",
         "sufficient-subset",
     ]
@@ -193,6 +194,23 @@ def test_integrated_gradients_on_embeddings_equal_captum(
     for params in ({"baseline": "blur"}, {"estimator": "valid_ip"}):
         r = client.post(url, json={"inputs": [text], "parameters": params})
         assert r.status_code == 400, r.text
+
+
+def test_uni_on_embeddings(client: TestClient, classifier: dict[str, Any]) -> None:
+    body = {
+        "inputs": [SENTENCE],
+        "target": "positive",
+        "parameters": {"pgd_steps": 4, "ig_steps": 32, "method": "gausslegendre"},
+    }
+    out = post(client, "/v2/models/minilm-clf/explain/uni", body)
+    e = out["data"]["explanations"][0]
+    assert out["meta"]["parameters"]["epsilon_units"] == "std"
+    assert [p["text"] for p in e["players"]] == SENTENCE.split()
+    d = e["details"]
+    tokens = sum(t["value"] for t in d["tokens"])
+    gap = tokens + e["base_value"] - e["instance_output_value"]
+    assert d["completeness_gap"] == pytest.approx(gap, abs=1e-9)
+    assert abs(gap) < 0.05 and d["probability_baseline"] < d["probability_input"]
 
 
 def test_causal_lm_answers_attribot_and_contextcite(client: TestClient) -> None:

@@ -103,6 +103,10 @@ BODIES: dict[tuple[str, str], Callable[[Kind], dict[str, Any]]] = {
         "inputs": [k.instance],
         "parameters": {"pgd_steps": 2, "ig_steps": 4},
     },
+    ("uni", "text"): lambda k: {  # Hugging Face text classifiers
+        "inputs": [k.instance],
+        "parameters": {"pgd_steps": 2, "ig_steps": 4},
+    },
     ("rankshap", "ranker"): lambda k: {
         "query": QUERY,
         "documents": DOCS,
