@@ -54,10 +54,12 @@ def _input_range(raw: str | None) -> tuple[float, float] | None:
 
 def sniff_format(data: bytes) -> str:
     """The upload's format from its first bytes (never a pickle): a .tar.gz/.tar, or a zip with
-    a config.json, is a Hugging Face checkpoint folder; another zip is TorchScript."""
+    a config.json or model.onnx, is a Hugging Face checkpoint folder (or an ONNX text
+    classifier's); another zip is TorchScript."""
     head = data[:512].lstrip()
     if data[:2] == b"PK":
-        hf = any(n.rsplit("/", 1)[-1] == "config.json" for n in zip_names(data))
+        marks = ("config.json", "model.onnx")  # a checkpoint, or an ONNX text classifier's
+        hf = any(n.rsplit("/", 1)[-1] in marks for n in zip_names(data))
         return "huggingface" if hf else "torchscript"
     if is_gzip(data) or is_tar(data):
         return "huggingface"

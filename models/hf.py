@@ -50,6 +50,13 @@ class Checkpoint:
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def onnx(self) -> bool:
+        """An ONNX text classifier: model.onnx and no safetensors (models/onnx_text.py)."""
+        return "model.onnx" in self.files and not any(
+            f in self.files for f in ("model.safetensors", "model.safetensors.index.json")
+        )
+
+    @property
     def architectures(self) -> list[str]:
         archs = self.config.get("architectures") or []
         return [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
@@ -93,17 +100,19 @@ def _json(raw: bytes | None, what: str) -> Any:
 
 
 def _root_prefix(paths: list[PurePosixPath]) -> PurePosixPath:
-    """Where config.json is: the archive's top, or its one top-level folder."""
-    if PurePosixPath("config.json") in paths:
+    """Where config.json (or an ONNX export's model.onnx) is: the archive's top, or its one
+    top-level folder."""
+    marks = ("config.json", "model.onnx")
+    if any(PurePosixPath(m) in paths for m in marks):
         return PurePosixPath(".")
     tops = {p.parts[0] for p in paths if p.parts and p.parts[0] != "__MACOSX"}
     if len(tops) == 1:
         top = PurePosixPath(next(iter(tops)))
-        if top / "config.json" in paths:
+        if any(top / m in paths for m in marks):
             return top
     raise InvalidModelError(
         "no config.json at the archive's top or in its one top-level folder: archive the folder "
-        "that save_pretrained wrote"
+        "that save_pretrained wrote (or an ONNX text classifier's model.onnx + tokenizer.json)"
     )
 
 
@@ -116,12 +125,22 @@ def checkpoint(files: set[str], read: Any) -> Checkpoint:
             "never read. Save with save_pretrained (safetensors, the default) and leave out "
             ".bin/.pt files"
         )
+    onnx = "model.onnx" in files
     if "model.safetensors" not in files and "model.safetensors.index.json" not in files:
-        raise InvalidModelError(
-            "no model.safetensors (or model.safetensors.index.json) in the checkpoint: save it "
-            "with save_pretrained (safetensors)"
-        )
+        if not onnx:
+            raise InvalidModelError(
+                "no model.safetensors (or model.safetensors.index.json) in the checkpoint: save "
+                "it with save_pretrained (safetensors), or export an ONNX text classifier as "
+                "model.onnx beside its tokenizer.json"
+            )
+        if "tokenizer.json" not in files:
+            raise InvalidModelError(
+                "an ONNX text classifier needs its fast tokenizer's tokenizer.json beside "
+                "model.onnx (tokenizer.save_pretrained writes it)"
+            )
     config = _json(read("config.json"), "config.json")
+    if config is None and onnx:
+        config = {}  # an ONNX export: config.json (id2label) is optional
     if not isinstance(config, dict):
         raise InvalidModelError("config.json must be a JSON object")
     tok_config = _json(read("tokenizer_config.json"), "tokenizer_config.json") or {}
@@ -190,6 +209,12 @@ def kind(ck: Checkpoint, declared: str | None = None) -> str:
     """text, lm, encoder or ranker from `config.architectures`; a declared modality wins where
     the architecture allows it, else InvalidModelError naming both."""
     archs = ck.architectures
+    if ck.onnx:  # model.onnx + tokenizer.json: a text classifier
+        if declared not in (None, "text"):
+            raise InvalidModelError(
+                f"declared modality {declared!r}: model.onnx with a tokenizer is a text classifier"
+            )
+        return "text"
     seq = any(a.endswith("ForSequenceClassification") for a in archs)
     causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     base = any(a.endswith("Model") and not a.endswith("LMHeadModel") for a in archs)
@@ -306,8 +331,6 @@ def private_folder() -> Iterator[Path]:
 
 def build_hf(decl: Declaration, data: bytes, version: str) -> Model:
     """The model a checkpoint (archive bytes, or `decl.uri`) holds, as `decl` declares it."""
-    from models.hf_models import load
-
     if decl.uri:
         path = Path(decl.uri)
         if not path.is_dir():
@@ -319,13 +342,24 @@ def build_hf(decl: Declaration, data: bytes, version: str) -> Model:
         # registration checked the folder's links against MODEL_REPOSITORY; the digest says
         # these are the same bytes
         ck = folder_checkpoint(path, Path(path.anchor))
-        return load(decl, ck, path, version, kind(ck, decl.modality))
+        return _load(decl, ck, path, version)
     with private_folder() as tmp:
         unpack(data, tmp)
         found = [PurePosixPath(p) for p in _all(tmp)]
         root = tmp.joinpath(*_root_prefix(found).parts)
         ck = folder_checkpoint(root)
-        return load(decl, ck, root, version, kind(ck, decl.modality))
+        return _load(decl, ck, root, version)
+
+
+def _load(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> Model:
+    """An ONNX text classifier (models/onnx_text.py), else transformers (models/hf_models.py)."""
+    if ck.onnx:
+        from models.onnx_text import onnx_text_classifier
+
+        return onnx_text_classifier(decl, ck, root, version)
+    from models.hf_models import load
+
+    return load(decl, ck, root, version, kind(ck, decl.modality))
 
 
 def declare(
@@ -349,9 +383,18 @@ def declare(
             "feature_names (its players are the words or tokens of each input)"
         )
     stated_task = task_of(ck, model_kind)
-    if task and task != stated_task:
-        raise InvalidModelError(f"declared task {task!r}: config.json states a {stated_task} model")
     stated = outputs_of(ck, model_kind)
+    if ck.onnx and not (ck.config.get("id2label") or ck.config.get("num_labels")):
+        if not output_names:
+            raise InvalidModelError(
+                "the ONNX text classifier states no labels: send output_names (a JSON list, "
+                "one per logit) or add config.json with id2label"
+            )
+        stated = output_names
+        stated_task = "regression" if len(output_names) == 1 else "classification"
+    if task and task != stated_task:
+        where = "the checkpoint" if ck.onnx else "config.json"
+        raise InvalidModelError(f"declared task {task!r}: {where} states a {stated_task} model")
     if output_names and len(output_names) != len(stated):
         raise InvalidModelError(
             f"declared output_names lists {len(output_names)} names; config.json has "

@@ -91,8 +91,9 @@ def onnx_predictor(
     if token_inputs:  # a transformer export: rows of numbers would be cast to token ids
         raise OnnxModelError(
             f"the ONNX graph reads token ids ({token_inputs}): a text model, not rows of "
-            "numbers; register the checkpoint itself (config.json, model.safetensors, "
-            "tokenizer files) as format huggingface"
+            "numbers; register it as format huggingface: a .tar.gz/.zip of a folder with this "
+            "model.onnx beside its tokenizer.json (and config.json with id2label), or the "
+            "checkpoint itself (config.json, model.safetensors, tokenizer files)"
         )
     if len(inputs) != 1:
         raise OnnxModelError(
