@@ -3,7 +3,9 @@
 The models: the built-ins (LMs included), users' own uploads (sklearn->ONNX classifier and
 regressor, torch->ONNX image classifier, traced and scripted TorchScript image classifiers, a
 scripted linear regressor and tabular classifier, XGBoost regressor and classifier, LightGBM
-multiclass) and remote Open Inference Protocol models served by a real MLServer (sklearn runtime).
+multiclass; XGBoost classifier, regressor and categorical classifier and a categorical LightGBM
+classifier trained on pandas DataFrames) and remote Open Inference Protocol models served by a
+real MLServer (sklearn runtime).
 For each pair:
 
 - listed in GET /v2/models/{m} `explainers`: a valid request answers 200 (Salvage, AutoGnothi:
@@ -244,6 +246,14 @@ def user_models() -> list[tuple[bm.UserModel, str]]:
         (bm.xgboost_model("xgb-reg", "regression"), "XGBoost regressor"),
         (bm.xgboost_model("xgb-clf", "classification", ubj=True), "XGBoost classifier (UBJSON)"),
         (bm.lightgbm_model("lgbm"), "LightGBM multiclass"),
+        # trained on pandas DataFrames: column names (and categorical types) in the file
+        (bm.xgboost_frame("xgb-frame-clf", "multiclass"), "XGBoost classifier (DataFrame)"),
+        (bm.xgboost_frame("xgb-frame-reg", "regression"), "XGBoost regressor (DataFrame)"),
+        (
+            bm.xgboost_frame("xgb-frame-cat", "binary", categorical=True),
+            "XGBoost classifier (DataFrame, categorical)",
+        ),
+        (bm.lightgbm_frame("lgbm-frame-cat", "multiclass"), "LightGBM (DataFrame, categorical)"),
     ]
 
 
