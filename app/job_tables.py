@@ -1,4 +1,5 @@
-"""An audit's stored results as one table (CSV or Parquet): a row per instance.
+"""An audit's stored results as one table (CSV or Parquet): a row per instance (and output,
+when the audit explains several).
 
 Columns: index, output_index, output_name, base_value, output_value, exact, estimator,
 warnings (codes joined by ';'), error; then per feature `value.<name>` (the attribution) and
@@ -13,7 +14,7 @@ import io
 import json
 from typing import Any
 
-from xai.results import feature_row
+from xai.results import feature_row, flat_results
 
 COMMON = [
     "index",
@@ -30,6 +31,7 @@ COMMON = [
 
 def rows(results: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     """(columns, one dict per instance) from results as GET /v2/jobs/{id}/results gives them."""
+    results = flat_results(results)  # several targets: a row per instance and output
     ok = [r for r in results if "explanation" in r]
     names = list(ok[0].get("feature_names") or []) if ok else []
     columns = list(COMMON)

@@ -47,6 +47,20 @@ def feature_row(data: Any, names: Sequence[str]) -> list[Any] | None:
     return flat if len(flat) == len(names) else None
 
 
+def flat_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Job results with one explanation each: an audit over several targets stores an
+    instance's explanations together ("explanations", in the order asked); here each becomes
+    a result of its own with the instance's index."""
+    out = []
+    for r in results:
+        if "explanations" not in r:
+            out.append(r)
+            continue
+        rest = {k: v for k, v in r.items() if k != "explanations"}
+        out.extend({**rest, "explanation": e} for e in r["explanations"])
+    return out
+
+
 def _ragged(rows: list[Any]) -> np.ndarray:
     """An array of rows, or an object array of 1-d arrays when their lengths differ."""
     arrays = [np.asarray(row) for row in rows]
@@ -83,7 +97,7 @@ def frame(results: list[dict[str, Any]]) -> Any:
     import pandas as pd
 
     rows = []
-    for r in results:
+    for r in flat_results(results):
         row: dict[str, Any] = {"index": r["index"]}
         if "explanation" not in r:
             row.update(error=r.get("error"), code=r.get("code"))
@@ -243,14 +257,20 @@ class AuditResult:
         return frame(self.results)
 
     def explained(self) -> Explained:
-        ok = [r for r in self.results if "explanation" in r]
+        """The successful instances as one answer (several targets: the class axis kept)."""
+        several = [r for r in self.results if "explanations" in r]
+        ok = [r for r in flat_results(self.results) if "explanation" in r]
+        meta: dict[str, Any] = {}
+        if several:
+            names = [e["output_name"] for e in several[0]["explanations"]]
+            meta["targets"] = {"output_names": names}
         return Explained(
             {
                 "data": {
                     "feature_names": ok[0]["feature_names"] if ok else [],
                     "explanations": [r["explanation"] for r in ok],
                 },
-                "meta": {},
+                "meta": meta,
             }
         )
 

@@ -13,13 +13,14 @@ from pydantic import ValidationError
 
 from app.cache import CacheUnavailable
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
-from app.inputs import ALL, to_array
+from app.inputs import resolve_targets, to_array
 from app.jobs.context import CancelWatch, JobContext
 from app.jobs.store import Job, JobStore
 from app.schemas import ExplainResponse, request_model, spec_fields
 from app.service import ExplainService, Prepared
 from explainers.games import Cancelled
 from explainers.registry import get_explainer
+from xai.results import flat_results
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
@@ -36,12 +37,6 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
         raise PayloadTooLarge(f"at most {max_instances} instances per job")
     model = svc.model(body.model)
     spec = svc.explainer(model, body.explainer)
-    if isinstance(body.target, list) or body.target == ALL:
-        raise InvalidInput(
-            "an audit explains one output per row: target takes one output (an index or a "
-            "name); submit one audit per output, or explain several outputs with "
-            "POST /v2/models/{model}/explain/{explainer}"
-        )
     fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
     fields.update(body.model_extra or {})
     body_model = request_model(spec)
@@ -63,6 +58,7 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
         ) from None
     if spec.uses_inputs:
         to_array(model, body.inputs, "inputs")
+    resolve_targets(model, body.target)  # a bad target list fails here, not per instance
     return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
 
 
@@ -73,9 +69,11 @@ def audit_total(body: JobRequest) -> int:
 
 def _audit_result(answer: ExplainResponse, cache: str | None = None) -> dict[str, Any]:
     """What a job stores of a one-instance answer (`cache`: how it was found, default as it
-    says)."""
+    says); with several targets its explanations, in the order asked."""
+    explanations = [e.model_dump(exclude_unset=True) for e in answer.data.explanations]
+    several = answer.meta.targets is not None
     result: dict[str, Any] = {
-        "explanation": answer.data.explanations[0].model_dump(exclude_unset=True),
+        **({"explanations": explanations} if several else {"explanation": explanations[0]}),
         "feature_names": answer.data.feature_names,
         "cache": answer.meta.cache if cache is None else cache,
     }
@@ -206,19 +204,22 @@ def top_k_bootstrap(
 
 def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
     """Mean |value| per feature, per predicted class, how stable the top features are, and how
-    many instances carry each warning code."""
-    results = store.all_results(job.id)
-    ok = [r for r in results if "error" not in r]
-    summary: dict[str, Any] = {"instances": len(results), "errors": len(results) - len(ok)}
+    many instances carry each warning code. With several targets, each instance's
+    explanations count as rows (per_class: one entry per output)."""
+    stored = store.all_results(job.id)
+    errors = sum("error" in r for r in stored)
+    summary: dict[str, Any] = {"instances": len(stored), "errors": errors}
+    ok = [r for r in flat_results(stored) if "error" not in r]
     if not ok:
         return summary
+    hits = sum(r.get("cache") == "hit" for r in stored if "error" not in r)  # instances
     codes = [w["code"] for r in ok for w in r["explanation"].get("warnings") or []]
     summary["warnings"] = {c: codes.count(c) for c in sorted(set(codes))}  # instances per code
     names = ok[0]["feature_names"]
     if not names:  # text: every instance has its own players; count classes only
         classes = [r["explanation"]["output_name"] for r in ok]
         summary["per_class"] = {c: {"instances": classes.count(c)} for c in sorted(set(classes))}
-        summary["cache_hits"] = sum(r["cache"] == "hit" for r in ok)
+        summary["cache_hits"] = hits
         return summary
     same = [r for r in ok if r["feature_names"] == names]
     values = np.abs(np.array([r["explanation"]["values"] for r in same]))  # [m, n]
@@ -237,7 +238,7 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
         ),
         top_features_bootstrap=top_k_bootstrap(values, names, k),
         per_class={},
-        cache_hits=sum(r["cache"] == "hit" for r in ok),
+        cache_hits=hits,
     )
     outputs = np.array([r["explanation"]["output_index"] for r in same])
     for o in np.unique(outputs):

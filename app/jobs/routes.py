@@ -25,6 +25,7 @@ from app.jobs.kinds import NAMES, kind
 from app.jobs.queue import Queue
 from app.jobs.store import FINISHED, Job, JobStore
 from app.service import ExplainService
+from xai.results import flat_results
 
 router = APIRouter(tags=["jobs"])
 
@@ -56,8 +57,9 @@ class JobRequest(BaseModel):
     )
     target: int | str | list[int | str] | None = Field(
         None,
-        description="audit: one output (index or name) for every row; default: each row's "
-        "predicted class (classifiers) or the single output",
+        description="audit: an output (index or name), a list of outputs or \"all\" for "
+        "every row (each row's result then holds `explanations`, one per output in that "
+        "order); default: each row's predicted class (classifiers) or the single output",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1)
     budget: int | None = Field(None, ge=1)
@@ -277,7 +279,9 @@ async def job_plot(
         ).with_status(409)
     results = await anyio.to_thread.run_sync(store.all_results, job_id)
     explainer = job.request.get("explainer", "")
-    audit = job_plots.audit(results, f"{job.model} · {explainer}")
+    # several targets: each instance's explanations are points of their class (shap's
+    # multi-output summary)
+    audit = job_plots.audit(flat_results(results), f"{job.model} · {explainer}")
     if format in ("vega", "vega-lite"):
         spec = job_plots.vega_lite(audit, kind, feature, color, max_features)
         return JSONResponse(spec)

@@ -4,13 +4,16 @@ single-target answers; shap's multi-output layout; clear 400s."""
 
 from __future__ import annotations
 
+import io
 import itertools
+import json
 from collections.abc import Iterator
 from math import factorial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
@@ -18,6 +21,8 @@ from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
 from tests import byom_models as bm
+from tests.app.test_jobs import wait
+from xai import Client
 from xai.results import shap_explanation
 
 
@@ -239,11 +244,47 @@ def test_lists_where_they_do_not_apply(client: TestClient, onnx_model: bm.UserMo
     assert r.status_code == 400 and "target" in r.json()["error"], r.text
     r = client.post(
         "/v2/jobs",
-        json={"model": "targets-onnx", "inputs": onnx_model.rows[:2].tolist(), "target": "all"},
+        json={"model": "targets-onnx", "inputs": onnx_model.rows[:2].tolist(), "target": [0, 0]},
     )
-    assert r.status_code == 400 and "one output per row" in r.json()["error"], r.text
+    assert r.status_code == 400 and "at most once" in r.json()["error"], r.text
     r = client.post(
         "/v2/models/targets-onnx/explain/shapley",
         json={"inputs": onnx_model.rows[:1].tolist(), "target": [True]},
     )
     assert r.status_code == 422  # JSON true is not an output index
+
+
+def test_audit_over_several_targets(client: TestClient, onnx_model: bm.UserModel) -> None:
+    rows, background = onnx_model.rows, onnx_model.background[:5]
+    body = {"inputs": rows.tolist(), "background": background.tolist(), "target": [1, 0]}
+    r = client.post("/v2/jobs", json={"model": "targets-onnx", **body, "chunk_size": 3})
+    assert r.status_code == 202, r.text
+    status = wait(client, r.json()["id"])
+    assert status["status"] == "succeeded" and status["progress"]["total"] == len(rows)
+    summary = status["summary"]
+    assert summary["instances"] == len(rows) and set(summary["per_class"]) == {
+        "benign",
+        "malignant",
+    }
+    answer = explain(client, "targets-onnx", body)["data"]["explanations"]
+    text = client.get(f"/v2/jobs/{status['id']}/results").text
+    lines = [json.loads(x) for x in text.splitlines()]
+    stored = [e for line in lines for e in line["explanations"]]
+    assert [e["output_index"] for e in stored] == [1, 0] * len(rows)
+    for e, same in zip(stored, answer, strict=True):
+        np.testing.assert_allclose(e["values"], same["values"], rtol=1e-9, atol=1e-12)
+    csv = client.get(f"/v2/jobs/{status['id']}/results", params={"format": "csv"}).text
+    table = pd.read_csv(io.StringIO(csv))
+    names = [f"f{i}" for i in range(bm.N_TAB)]
+    assert list(table["index"]) == [i for i in range(len(rows)) for _ in range(2)]
+    assert list(table["output_index"]) == [1, 0] * len(rows)
+    inputs = table[[f"input.{n}" for n in names]].to_numpy()
+    np.testing.assert_allclose(inputs, np.repeat(rows, 2, axis=0), rtol=1e-6)
+    plot = client.get(f"/v2/jobs/{status['id']}/plot", params={"format": "vega"})
+    assert plot.status_code == 200, plot.text
+    api = Client(http=client)  # type: ignore[arg-type]  # TestClient is an httpx2.Client
+    fields = {k: v for k, v in body.items() if k != "inputs"}
+    sx = api.audit("targets-onnx", rows, progress=False, **fields).to_shap()
+    assert sx.values.shape == (len(rows), bm.N_TAB, 2)
+    assert list(sx.output_names) == ["benign", "malignant"]
+    np.testing.assert_allclose(sx.data, rows, rtol=1e-6)
