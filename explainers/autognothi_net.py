@@ -24,6 +24,7 @@ from explainers.games.text import text_games, word_spans
 
 if TYPE_CHECKING:
     from models.base import TextModel
+    from models.hf_models import Runner as HFRunner
     from models.text import TextRunner
 
 
@@ -61,11 +62,18 @@ class Encoded:
     probs: torch.Tensor  # [b, C]: the classifier's probabilities, v(N)
 
 
-def runner(model: TextModel) -> TextRunner:
-    """The tokenizer and zero-shot classifier behind a built-in text model (OptionError if
-    the model is not a BERT-encoder classifier whose hidden states can be read)."""
+def runner(model: TextModel) -> TextRunner | HFRunner:
+    """The tokenizer and classifier behind a text model: the built-in zero-shot one, or a
+    Hugging Face sequence classifier with softmax outputs (OptionError for any other model:
+    its hidden states cannot be read)."""
     from models.text import TextRunner, ZeroShotClassifier
 
+    hook = getattr(model, "embeddings", None)  # models/hf_models.py EmbeddingHook
+    if hook is not None:
+        if hook.link != "softmax":
+            raise OptionError(f"autognothi explains softmax classifiers; {model.name!r} is not")
+        hf_runner: HFRunner = hook.runner
+        return hf_runner
     found = getattr(model.predict_texts, "__self__", None)
     if not isinstance(found, TextRunner) or not isinstance(found.module, ZeroShotClassifier):
         raise OptionError(
@@ -77,6 +85,8 @@ def runner(model: TextModel) -> TextRunner:
 
 def encode(model: TextModel, texts: list[str]) -> Encoded:
     """Hidden states at every level, word players and class probabilities: one encoder pass."""
+    from models.text import ZeroShotClassifier
+
     run = runner(model)
     module = run.module
     encodings = run.tokenizer.encode_batch(texts)
@@ -101,16 +111,22 @@ def encode(model: TextModel, texts: list[str]) -> Encoded:
     device = next(module.parameters()).device  # where the registry placed the weights
     ids, mask = ids.to(device), mask.to(device)
     with torch.inference_mode():
-        keep = mask.bool()[:, None, None, :]
-        x = module.encoder.embeddings(ids)
-        levels = [x]
-        for layer in module.encoder.encoder.layer:
-            x = layer(x, keep)
-            levels.append(x)
-        weights = mask.unsqueeze(-1).to(x.dtype)  # mean pooling, as ZeroShotClassifier.embed
-        pooled = nn.functional.normalize((x * weights).sum(1) / weights.sum(1).clamp(1e-9), dim=1)
-        probs = torch.softmax(pooled @ module.labels.T / module.temperature, dim=1)
-        hidden = torch.stack(levels, dim=1)
+        if isinstance(module, ZeroShotClassifier):
+            keep = mask.bool()[:, None, None, :]
+            x = module.encoder.embeddings(ids)
+            levels = [x]
+            for layer in module.encoder.encoder.layer:
+                x = layer(x, keep)
+                levels.append(x)
+            weights = mask.unsqueeze(-1).to(x.dtype)  # mean pooling, as ZeroShotClassifier.embed
+            pooled = (x * weights).sum(1) / weights.sum(1).clamp(1e-9)
+            pooled = nn.functional.normalize(pooled, dim=1)
+            probs = torch.softmax(pooled @ module.labels.T / module.temperature, dim=1)
+            hidden = torch.stack(levels, dim=1)
+        else:  # a Hugging Face classifier: its own hidden states (embeddings, every layer)
+            out = module(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            hidden = torch.stack(out.hidden_states, dim=1)
+            probs = torch.softmax(out.logits, dim=-1)
     # Out of inference mode (clone), on the CPU, where the side network runs.
     return Encoded(hidden.cpu().clone(), mask.cpu().bool(), words, word_mask, probs.cpu().clone())
 

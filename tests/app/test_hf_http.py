@@ -213,6 +213,23 @@ def test_uni_on_embeddings(client: TestClient, classifier: dict[str, Any]) -> No
     assert abs(gap) < 0.05 and d["probability_baseline"] < d["probability_input"]
 
 
+def test_autognothi_trains_beside_the_checkpoint(
+    client: TestClient, classifier: dict[str, Any]
+) -> None:
+    from tests.app.test_jobs import wait
+
+    tiny = {"sentences": 24, "pairs": 4, "epochs": 2, "batch_size": 8, "held_out": 2}
+    job = {"kind": "train-autognothi", "model": "minilm-clf", "parameters": tiny}
+    r = client.post("/v2/jobs", json=job)
+    assert r.status_code == 202, r.text
+    status = wait(client, r.json()["id"], timeout=300)
+    assert status["status"] == "succeeded", status
+    out = post(client, "/v2/models/minilm-clf/explain/autognothi", {"inputs": [SENTENCE]})
+    e = out["data"]["explanations"][0]
+    assert [p["text"] for p in e["players"]] == SENTENCE.split()
+    assert sum(e["values"]) + e["base_value"] == pytest.approx(e["instance_output_value"], abs=1e-4)
+
+
 def test_causal_lm_answers_attribot_and_contextcite(client: TestClient) -> None:
     zipped = client.post(
         "/v2/repository/models",
