@@ -17,6 +17,7 @@ from explainers.games import BudgetError, ExplainerError, NotDifferentiableError
 from explainers.registry import UnknownExplainerError, UnsupportedModelError
 from models.base import ModelError, ModelNotReadyError, UnknownModelError
 from models.remote import RemoteModelError
+from models.remote_text import NoTokenizerError
 
 log = logging.getLogger(__name__)
 DETAIL_BYTES = 200  # how much of a binary body a validation error echoes
@@ -110,6 +111,8 @@ def from_library(exc: Exception) -> ApiError:
         return ApiError(str(exc), code="budget_too_small")
     if isinstance(exc, ExplainerError):
         return ApiError(str(exc), code="invalid_option")
+    if isinstance(exc, NoTokenizerError):
+        return InvalidInput(str(exc), code="invalid_option")
     if isinstance(exc, ModelError):  # the model itself failed on these inputs
         return Unprocessable(str(exc), code="model_error")
     raise exc

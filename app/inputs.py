@@ -62,28 +62,29 @@ def _row(model: Model, item: Any, where: str) -> np.ndarray:
     return arr.astype(model.input_dtype).reshape(model.input_shape)
 
 
-def _text(model: TextModel, item: Any, where: str) -> str:
+def _text(model: TextModel, item: Any, where: str, empty: bool = False) -> str:
     if not isinstance(item, str):
         raise InvalidInput(f"{where}: expected a string (the model reads text)")
-    if not item.strip():
+    if not item.strip() and not empty:
         raise InvalidInput(f"{where}: the text is empty")
     if "\x00" in item:
         raise InvalidInput(f"{where}: the text contains a NUL character")
     if len(item) > model.max_chars:
         raise InvalidInput(f"{where}: {len(item)} characters; at most {model.max_chars}")
-    n_tokens = len(model.token_spans(item))
-    if n_tokens > model.max_tokens:
+    # max_tokens 0: no tokenizer here (a remote text model); the endpoint truncates
+    if model.max_tokens > 0 and len(model.token_spans(item)) > model.max_tokens:
         raise InvalidInput(
             f"{where}: over {model.max_tokens} tokens, more than the model reads; shorten it"
         )
     return item
 
 
-def to_array(model: Model, items: list[Any], field: str) -> np.ndarray:
+def to_array(model: Model, items: list[Any], field: str, empty_texts: bool = False) -> np.ndarray:
     """Instances -> [m, *input_shape] in the model's input dtype (float32 unless the model reads
     float64), from lists, nested lists or dicts; or str [m] for text models."""
     if isinstance(model, TextModel):
-        return np.array([_text(model, it, f"{field}[{i}]") for i, it in enumerate(items)], str)
+        texts = [_text(model, it, f"{field}[{i}]", empty_texts) for i, it in enumerate(items)]
+        return np.array(texts, str)
     if any(isinstance(it, bool) for it in items):
         raise InvalidInput(f"{field}: expected rows of numbers")
     if model.modality != "image" and items and not isinstance(items[0], (list, dict)):

@@ -111,7 +111,8 @@ def _texts(model: TextModel, tensor: Tensor, max_rows: int) -> np.ndarray:
     rows = _text_rows(tensor)
     if len(rows) > max_rows:
         raise ApiError("too many rows", code="payload_too_large")
-    return to_array(model, rows, f"{tensor.where}.data")
+    # an empty text is a valid input of infer (a remote text game's empty coalition asks it)
+    return to_array(model, rows, f"{tensor.where}.data", empty_texts=True)
 
 
 def _rank(model: RankerModel, tensor: Tensor, parameters: dict[str, Any]) -> np.ndarray:

@@ -157,6 +157,9 @@ def declaration(
     wrong = _contradictions(fmt, facts, modality, shape, outputs, features, task)
     if wrong:
         raise InvalidInput("; ".join(wrong), code="invalid_model")
+    if fmt == "remote" and modality == "text":
+        return _remote_text(name, outputs, shape, features, task, input_range, remote_url,
+                            remote_output)  # fmt: skip
     modality = modality or facts.modality
     shape = shape or facts.input_shape
     outputs = outputs or facts.output_names
@@ -169,7 +172,10 @@ def declaration(
             "input_shape and output_names: JSON lists)"
         )
     if modality not in ("tabular", "image"):
-        raise InvalidInput("modality must be tabular or image for registered models")
+        raise InvalidInput(
+            "modality must be tabular or image for a model file (text: a remote_url with "
+            "modality text, or a Hugging Face or ONNX checkpoint folder as format huggingface)"
+        )
     size = math.prod(shape)
     if size > 100_000:
         raise InvalidInput("input_shape is too large (over 100,000 features)")
@@ -192,6 +198,35 @@ def declaration(
         remote_url=remote_url,
         remote_output=remote_output,
     )
+
+
+def _remote_text(
+    name: str,
+    outputs: tuple[str, ...] | None,
+    shape: tuple[int, ...] | None,
+    features: tuple[str, ...] | None,
+    task: str | None,
+    input_range: str | None,
+    remote_url: str | None,
+    remote_output: str | None,
+) -> Declaration:
+    """A remote OIP text model: texts go out as a BYTES tensor of strings (models/remote_text.py);
+    the endpoint states nothing, so output_names are declared."""
+    if shape or features or input_range:
+        raise InvalidInput(
+            "a remote text model reads strings: leave out input_shape, feature_names and "
+            "input_range (its players are the words of each input)"
+        )
+    if not outputs:
+        raise InvalidInput(
+            "a remote text model does not state its outputs: send output_names (a JSON list, "
+            "one name per value of the output remote_output names)"
+        )
+    task = task or ("classification" if len(outputs) > 1 else "regression")
+    if task not in ("classification", "regression"):
+        raise InvalidInput("task must be classification or regression")
+    return Declaration(name, "text", task, (), outputs, (), format="remote",
+                       remote_url=remote_url, remote_output=remote_output)  # fmt: skip
 
 
 async def _read(upload: UploadFile, limit: int, what: str) -> bytes:
@@ -287,6 +322,9 @@ async def register(
             )
         )
         return await _store(request, decl, files)
+    if fmt == "remote" and modality == "text" and background is not None:
+        raise InvalidInput("a remote text model takes no background rows (absent words are "
+                           "deleted or masked)")  # fmt: skip
     facts = Facts()
     if "model" in files:
         try:

@@ -105,8 +105,13 @@ class RemoteClient:
                 }
             ]
         }
+        return self._post(body, len(rows))
+
+    def _post(self, body: dict[str, Any], m: int) -> np.ndarray:
+        """POST one OIP request body ({"inputs": [...]}, the output asked for by name when set)
+        for m rows -> float32 [m, k]."""
         if self.output is not None:
-            body["outputs"] = [{"name": self.output}]
+            body = {**body, "outputs": [{"name": self.output}]}
         try:
             r = self._http().post(f"{self.url}/infer", json=body)
         except httpx.TimeoutException:
@@ -123,7 +128,7 @@ class RemoteClient:
             payload = r.json()
         except ValueError:
             raise RemoteModelError(f"remote model {self.url} answered non-JSON") from None
-        return self._read(payload, len(rows))
+        return self._read(payload, m)
 
     def _read(self, payload: Any, m: int) -> np.ndarray:
         outputs = payload.get("outputs") if isinstance(payload, dict) else None

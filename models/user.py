@@ -101,6 +101,10 @@ def _remote(decl: Declaration, version: str) -> Model:
     url = decl.remote_url or ""
     if not url.startswith(("http://", "https://")):
         raise InvalidModelError("remote_url must be an http(s) URL of an OIP model")
+    if decl.modality == "text":  # a BYTES tensor of strings: models/remote_text.py
+        from models.remote_text import remote_text_model
+
+        return remote_text_model(decl, version)
     return _model(decl, None, version, predict_fn=RemoteClient(url, 30.0, decl.remote_output))
 
 
