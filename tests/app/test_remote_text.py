@@ -128,7 +128,7 @@ def test_infer_subset_and_refused_requests(
 
 def test_refused_registrations_store_nothing(client: TestClient, server: str) -> None:
     before = stored(client)
-    cases = [
+    cases: list[tuple[dict[str, str | None], str]] = [
         ({"output_names": None}, "send output_names"),
         ({"input_shape": "[3]"}, "leave out input_shape"),
         ({"remote_url": f"{server}/v2/models/diabetes-mlp"}, "no BYTES input"),
