@@ -203,3 +203,25 @@ def test_cross_encoder_and_lm_match_transformers(models: dict[str, object]) -> N
         logp = torch.log_softmax(causal(ids).logits[0, :-1], dim=-1)
     expected_ll = float(logp.gather(1, ids[0, 1:, None]).sum())
     assert lm.predict([TEXTS[0]])[0, 0] == pytest.approx(expected_ll, abs=1e-3)
+
+
+def test_gpt2_lm_head_model_reuses_its_cache_as_exact_loo(tmp_path: Path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from explainers.attribot import AttriBoTOptions, attribute
+    from models.lm import LanguageModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=4, eos_token_id=102)
+    GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    fx._tokenizer(tmp_path)
+    data = fx.archive(tmp_path)
+    lm = register(declare("gpt2", archive_checkpoint(data)), {"model": data})[0]
+    assert isinstance(lm, LanguageModel) and isinstance(lm.hf.hf, GPT2LMHeadModel)
+    context = "Zorblat is the capital. It has a harbour.\n\nBread is baked."
+    loo, _ = attribute(
+        lm, context, "What is the capital?", " Zorblat.", AttriBoTOptions(method="loo")
+    )
+    cached, _ = attribute(lm, context, "What is the capital?", " Zorblat.", AttriBoTOptions())
+    assert cached.details and cached.details["forward_passes"]
+    np.testing.assert_allclose(cached.values, loo.values, atol=1e-5)
