@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -278,6 +279,8 @@ class LightGBMBooster(_Booster):
         self.per_iteration = per_iteration
         # pandas categoricals (and categorical_feature) become "==" splits on category codes
         self.categorical = any(_has_categorical_split(t["tree_structure"]) for t in self.trees)
+        self._cuts: list[np.ndarray] = []
+        self._ranked: list[dict[str, Any]] | None = None  # built on first use (_shap_models)
 
     def _params(self) -> dict[str, Any]:
         return {"num_threads": self.threads}
@@ -297,27 +300,72 @@ class LightGBMBooster(_Booster):
     def _shap_models(self) -> list[Any]:
         # shap reads a multiclass lgb.Booster as one output (every class's trees summed): one
         # model per class instead, tree i belonging to class i % per_iteration. LightGBM folds
-        # its initial score into the first trees, so there is no base offset.
+        # its initial score into the first trees, so there is no base offset. The trees split
+        # on ranks (_shap_rows), each threshold on its rank + 0.5.
+        if self._ranked is None:
+            self._cuts = _thresholds(self.trees, self.n_features)
+            self._ranked = [_ranked(t, self._cuts) for t in self.trees]
         k = self.per_iteration
         return [
             {
-                "trees": self.trees[c::k],
+                "trees": self._ranked[c::k],
                 "tree_output": "raw_value",
-                "input_dtype": np.float64,  # LightGBM splits float64 rows on float64 thresholds
+                "input_dtype": np.float64,
                 "internal_dtype": np.float64,
             }
             for c in range(k)
         ]
 
+    def _shap_rows(self, x: np.ndarray) -> np.ndarray:
+        # shap's interventional traversal compares with float32 thresholds (`float thres` in
+        # shap/cext/tree_shap.h), LightGBM with float64 ones: a value within float32 rounding
+        # of a threshold goes the wrong way (1.27 off on a diabetes row). Ranks route alike in
+        # both: a value's rank is the number of the feature's thresholds below it.
+        if self._ranked is None:
+            self._shap_models()
+        rows = self._rows(x)
+        out = np.empty_like(rows)
+        for f, cuts in enumerate(self._cuts):
+            out[:, f] = np.searchsorted(cuts, rows[:, f], side="left")
+        out[np.isnan(rows)] = np.nan  # missing stays missing (the default child)
+        return out
+
+
+def _splits(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if "split_index" in node:
+        yield node
+        yield from _splits(node["left_child"])
+        yield from _splits(node["right_child"])
+
 
 def _has_categorical_split(node: dict[str, Any]) -> bool:
-    if "split_index" not in node:
-        return False
-    if node.get("decision_type") == "==":
-        return True
-    return _has_categorical_split(node["left_child"]) or _has_categorical_split(
-        node["right_child"]
-    )
+    return any(n.get("decision_type") == "==" for n in _splits(node))
+
+
+def _thresholds(trees: list[dict[str, Any]], n_features: int) -> list[np.ndarray]:
+    """Each feature's sorted distinct thresholds (float64) over every numerical split."""
+    found: list[set[float]] = [set() for _ in range(n_features)]
+    for tree in trees:
+        for node in _splits(tree["tree_structure"]):
+            found[node["split_feature"]].add(float(node["threshold"]))
+    return [np.array(sorted(f), dtype=np.float64) for f in found]
+
+
+def _ranked(tree: dict[str, Any], cuts: list[np.ndarray]) -> dict[str, Any]:
+    """A copy of a dumped tree whose thresholds are ranks + 0.5: x <= t iff rank(x) <= it."""
+
+    def copy(node: dict[str, Any]) -> dict[str, Any]:
+        if "split_index" not in node:
+            return dict(node)
+        rank = int(np.searchsorted(cuts[node["split_feature"]], float(node["threshold"])))
+        return {
+            **node,
+            "threshold": rank + 0.5,
+            "left_child": copy(node["left_child"]),
+            "right_child": copy(node["right_child"]),
+        }
+
+    return {**tree, "tree_structure": copy(tree["tree_structure"])}
 
 
 def load_booster(data: bytes, decl: Declaration) -> _Booster:

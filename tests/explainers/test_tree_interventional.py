@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from math import factorial
 from typing import Any
 
@@ -227,3 +227,43 @@ def test_log_link_output_space() -> None:
     result = explain(identity, x[:1], options=options, background=um.background[:5])
     assert result.parameters["estimator"] == "tree"
     assert result.parameters["output_space"] == "raw"
+
+
+def test_lightgbm_value_within_float32_rounding_of_a_threshold() -> None:
+    """shap's interventional traversal holds thresholds as float32; LightGBM splits on float64.
+    A value just above a threshold t, below float32(t), must go right as in LightGBM: exact
+    values, efficient against the booster, equal to enumerating the game."""
+    um, model = fitted("lgbm-regression")
+    tree = model.tree
+    assert tree is not None
+    booster = um.native.booster_
+    f, t = next(
+        (n["split_feature"], float(n["threshold"]))
+        for tree_info in booster.dump_model()["tree_info"]
+        for n in splits(tree_info["tree_structure"])
+        if abs(n["threshold"]) > 1e-30 and f32(n["threshold"]) != n["threshold"]
+    )  # a threshold that float32 cannot hold
+    x = um.rows[:1].copy()
+    x[0, f] = np.nextafter(t, np.inf) if f32(t) > t else t  # LightGBM: right / left
+    assert (x[0, f] > t) != (x[0, f] > f32(t))  # float32 routes it the other way
+    bg = um.background
+    result = explain(model, x, options=ShapleyOptions(), background=bg)
+    e = result.explanations[0]
+    assert e.estimator == "tree" and not e.warnings
+    assert e.instance_output_value == pytest.approx(float(booster.predict(x)[0]), abs=1e-9)
+    assert e.values.sum() + e.base_value == pytest.approx(e.instance_output_value, abs=1e-4)
+    exact = explain(model, x, options=ShapleyOptions(estimator="exact"), background=bg)
+    np.testing.assert_allclose(e.values, exact.explanations[0].values, atol=2e-4)
+
+
+def f32(v: float) -> float:
+    """v rounded to float32, as a float64 (numpy would compare a float32 in float32)."""
+    return float(np.float32(v))
+
+
+def splits(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The split nodes of a dumped LightGBM tree."""
+    if "split_index" in node:
+        yield node
+        yield from splits(node["left_child"])
+        yield from splits(node["right_child"])
