@@ -21,7 +21,7 @@ from explainers import (
     uni,
 )
 from explainers.context import LEARNED_BASELINE, Pin, RunContext
-from explainers.explanation import ExplainResult
+from explainers.explanation import ExplainResult, OptionError
 from explainers.games import ExplainerError
 from explainers.text_gradients import hook_of
 from models.base import Model
@@ -48,7 +48,8 @@ class ExplainerSpec:
     # common `inputs` list is not used; a batch audit's instances are then dicts of those fields.
     uses_inputs: bool = True
     # Capabilities a model needs beyond its modality: "differentiable" (input gradients of torch
-    # weights), "classifier". The catalog of a model lists exactly the explainers it satisfies.
+    # weights), "classifier", "hidden_states" (a text classifier whose encoder AutoGnothi
+    # reads). The catalog of a model lists exactly the explainers it satisfies.
     needs: tuple[str, ...] = ()
     # True when `run` takes `context=` (explainers/context.py: a store, artifacts, baselines).
     uses_context: bool = False
@@ -95,6 +96,11 @@ def unsupported(spec: ExplainerSpec, model: Model) -> UnsupportedModelError | No
             f"({model.platform}): use shapley",
             "not_differentiable",
         )
+    if "hidden_states" in spec.needs and model.task == "classification":
+        try:  # AutoGnothi trains beside a BERT encoder whose hidden states it reads
+            autognothi.check_model(model)
+        except OptionError as exc:
+            return UnsupportedModelError(str(exc), "unsupported_model")
     if "classifier" in spec.needs and model.task != "classification":
         return UnsupportedModelError(
             f"{spec.name} explains classifiers; {model.name} is a {model.task} model",
@@ -187,7 +193,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "AutoGnothi: a side network beside the frozen text classifier gives word Shapley values "
         "in one forward pass (train it with a train-autognothi job)",
         "Wang et al., ICLR 2025; Jethani et al., ICLR 2022 (FastSHAP)",
-        needs=("classifier",),
+        needs=("classifier", "hidden_states"),
         uses_context=True,
         pin=autognothi.PIN,
         train_job=autognothi.TRAIN_JOB,

@@ -56,6 +56,10 @@ def test_zip_registers_and_explains_as_the_safetensors_model(client: TestClient)
     assert meta["platform"] == "onnx" and meta["modality"] == "text"
     assert meta["output_names"] == ["negative", "positive"]
     assert "integrated-gradients" not in meta["explainers"] and "shapley" in meta["explainers"]
+    # AutoGnothi reads a BERT encoder's hidden states: not listed, and a clear 400 when asked
+    assert "autognothi" not in meta["explainers"]
+    r = client.post("/v2/models/onnx-clf/explain/autognothi", json={"inputs": [SENTENCE]})
+    assert r.status_code == 400 and r.json()["code"] == "unsupported_model", r.text
     r = register(client, "st-clf", fx.archived("classifier"), "tar.gz")
     assert r.status_code == 201, r.text
     for players in ("words", "tokens"):
