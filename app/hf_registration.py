@@ -9,8 +9,9 @@ from pathlib import Path
 from app.errors import InvalidInput, PayloadTooLarge
 from models.archive import ArchiveTooLargeError, check_sizes
 from models.base import ModelError
+from models.checkpoint import archive_checkpoint, folder_checkpoint
 from models.declaration import Declaration
-from models.hf import archive_checkpoint, declare, folder_checkpoint, folder_digest, resolve_uri
+from models.hf import declare, folder_digest, resolve_uri
 
 
 def _strings(field: str, raw: str | None) -> tuple[str, ...] | None:

@@ -40,7 +40,8 @@ from explainers.gradients import IntegratedGradientsOptions
 from explainers.gradients import explain as ig
 from explainers.shapley import ShapleyOptions
 from explainers.shapley import explain as shapley
-from models.hf import archive_checkpoint, declare
+from models.checkpoint import archive_checkpoint
+from models.hf import declare
 from models.text import load_sentiment_minilm
 from models.user import register
 from tests.models import hf_fixtures as fx

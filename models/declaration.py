@@ -68,3 +68,15 @@ class Declaration:
             uri=meta.get("uri"),
             uri_digest=meta.get("uri_digest"),
         )
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Fields a model file states (None: not stated)."""
+
+    modality: str | None = None
+    task: str | None = None
+    input_shape: tuple[int, ...] | None = None
+    output_names: tuple[str, ...] | None = None
+    feature_names: tuple[str, ...] | None = None
+    onnx_output: str | None = None  # ONNX: the output tensor these facts describe

@@ -20,22 +20,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from models.declaration import InvalidModelError
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Fields a model file states (None: not stated)."""
-
-    modality: str | None = None
-    task: str | None = None
-    input_shape: tuple[int, ...] | None = None
-    output_names: tuple[str, ...] | None = None
-    feature_names: tuple[str, ...] | None = None
-    onnx_output: str | None = None  # ONNX: the output tensor these facts describe
+from models.declaration import Facts, InvalidModelError
 
 
 def file_facts(fmt: str, data: bytes) -> Facts:
@@ -49,7 +36,7 @@ def file_facts(fmt: str, data: bytes) -> Facts:
         return _onnx(data)
     # --- Hugging Face checkpoints: read by models/hf.py ---
     if fmt == "huggingface":
-        from models.hf import hf_facts
+        from models.checkpoint import hf_facts
 
         return hf_facts(data)
     return Facts()  # torchscript, remote: nothing stated

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from models.base import Model, RankerModel, TextModel, module_device
+from models.checkpoint import Checkpoint, outputs_of, task_of
 from models.declaration import Declaration, InvalidModelError
-from models.hf import Checkpoint, outputs_of, task_of
 
 BATCH_SIZE = 64  # texts per forward pass
 TOKENS_PER_BATCH = 8192  # padded tokens per forward pass

@@ -21,7 +21,7 @@ from models.base import TextModel
 from models.declaration import Declaration, InvalidModelError
 
 if TYPE_CHECKING:
-    from models.hf import Checkpoint
+    from models.checkpoint import Checkpoint
 
 BATCH_SIZE = 64  # texts per session run
 TOKENS_PER_BATCH = 8192  # padded tokens per session run

@@ -140,8 +140,9 @@ def test_refusals(client: TestClient, registry: ModelRegistry, images: list[Any]
                                               "parameters": {"steps": 0}}}  # fmt: skip
     post(client, url, wrong, 422)
     post(client, "/v2/models/nope/evaluate", {"inputs": images, "attributions": [[0.0]]}, 404)
-    text = post(client, "/v2/models/sentiment-minilm/explain/uni", {"inputs": ["good"]}, 400)
-    assert text["code"] == "unsupported_modality"
+    # a text model without input embeddings to attribute on (Hugging Face classifiers have them)
+    text = post(client, "/v2/models/sentiment-minilm/explain/uni", {"inputs": ["good"]}, 422)
+    assert text["code"] == "not_differentiable"
     digits = registry.get("digits-cnn")
     remote = Model(
         "remote-digits", "image", "classification", digits.input_shape, digits.feature_names,

@@ -15,8 +15,9 @@ import torch
 
 from models.archive import ArchiveTooLargeError, check_sizes, unpack
 from models.base import RankerModel, TextModel
+from models.checkpoint import Checkpoint, archive_checkpoint, hf_facts, kind
 from models.declaration import InvalidModelError
-from models.hf import Checkpoint, archive_checkpoint, declare, hf_facts, kind
+from models.hf import declare
 from models.user import register
 from tests.models import hf_fixtures as fx
 

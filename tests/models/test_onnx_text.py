@@ -15,8 +15,9 @@ import pytest
 from explainers.shapley import ShapleyOptions
 from explainers.shapley import explain as shapley_explain
 from models.base import TextModel
+from models.checkpoint import archive_checkpoint
 from models.declaration import InvalidModelError
-from models.hf import archive_checkpoint, declare
+from models.hf import declare
 from models.user import register
 from tests.models import hf_fixtures as fx
 from tests.models import onnx_text_fixtures as ofx
