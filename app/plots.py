@@ -118,7 +118,19 @@ def labels(v: View, names: list[str]) -> list[str]:
     ]
 
 
+def left_out(v: View) -> None:
+    """400 for an image answer whose instance was left out (data null, data_digest given)."""
+    digest = v.explanation.data_digest
+    if v.explanation.data is None and digest is not None and len(digest.get("shape", [])) >= 2:
+        raise InvalidInput(
+            f"this answer left its {'x'.join(map(str, digest['shape']))} image out (data null, "
+            "data_digest): explain with \"return_inputs\": true to plot it, or call "
+            "POST /v2/models/{model}/explain/{explainer}/plot, which explains and plots at once"
+        )
+
+
 def auto_kind(v: View) -> str:
+    left_out(v)
     if v.explanation.players:
         return "text"
     if image_map(v, strict=False) is not None:

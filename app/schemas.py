@@ -10,6 +10,49 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from explainers.registry import ExplainerSpec
 
+# Each explanation echoes its instance (`data`) when the instance has at most this many numbers:
+# every table row, text, digit, MNIST (784) and CIFAR (3x32x32 = 3,072) image, and 1x64x64
+# (4,096) still come back as sent, as shap's Explanation.data; 4,096 numbers are at most about
+# 90 KB of JSON. Larger images (3x64x64 is 12,288, 3x224x224 150,528: 1+ MB) answer
+# `data: null` with a `data_digest` unless the request asks for them with `return_inputs`.
+ECHO_LIMIT = 4096
+
+
+def _more_numbers_than(instance: Any, limit: int) -> bool:
+    """Whether a nested list (or a {feature: value} row) holds more than `limit` numbers; texts
+    and scalars count one. Stops counting past the limit."""
+    count, todo = 0, [instance]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, list):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+        else:
+            count += 1
+            if count > limit:
+                return True
+    return False
+
+
+def echoed(instance: Any, asked: bool) -> tuple[Any, dict[str, Any] | None]:
+    """An explanation's `data` and `data_digest`: the instance as sent, or (more than
+    ECHO_LIMIT numbers, not asked for) null and its shape, size and float32 sha256."""
+    if asked or isinstance(instance, str) or not _more_numbers_than(instance, ECHO_LIMIT):
+        return instance, None
+    import hashlib
+
+    import numpy as np
+
+    try:
+        values = np.asarray(
+            list(instance.values()) if isinstance(instance, dict) else instance, dtype=np.float32
+        )
+    except (TypeError, ValueError):  # ragged or not numbers: validation refused it before
+        return instance, None
+    digest = hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
+    return None, {"shape": list(values.shape), "size": int(values.size), "sha256": digest}
+
 
 class ExplainRequestBase(BaseModel):
     """Fields every explain request shares; `parameters` is the explainer's own options."""
@@ -44,6 +87,12 @@ class ExplainRequestBase(BaseModel):
         description="time limit from arrival: 504 when it passes, or for the sampled Shapley "
         "estimators (permutation, kernel) the anytime estimate of the rounds completed so far "
         "(meta.partial true, not cached)",
+    )
+    return_inputs: bool = Field(
+        False,
+        description=f"echo every instance in its explanations' `data`; by default an instance "
+        f"of more than {ECHO_LIMIT} numbers (an image larger than 1x64x64) answers data null "
+        "and data_digest (its shape, size and sha256) instead",
     )
 
 
@@ -123,7 +172,16 @@ class ExplanationOut(BaseModel):
     output_index: int
     output_name: str
     data: Any = Field(
-        ..., description="the instance as sent (null when the explainer's own fields carry it)"
+        ...,
+        description="the instance as sent; null when the explainer's own fields carry it, or "
+        f"when it has more than {ECHO_LIMIT} numbers and the request did not ask for "
+        "return_inputs (data_digest then says which instance it was)",
+    )
+    data_digest: dict[str, Any] | None = Field(
+        None,
+        description="only when data is left out: {shape, size, sha256}, sha256 the hex digest of "
+        "the instance as float32 bytes in C order "
+        "(hashlib.sha256(np.asarray(x, np.float32).tobytes()).hexdigest())",
     )
     values: list[float] = Field(..., description="one value per player")
     base_value: float

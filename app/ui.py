@@ -146,7 +146,8 @@ def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
         index: int = INDEX,
         max_features: int = MAX_FEATURES,
     ) -> Response:
-        answer = await explain(request, model, body)
+        # the plot draws the instance: ask for it however large (ECHO_LIMIT)
+        answer = await explain(request, model, body.model_copy(update={"return_inputs": True}))
         typed = ExplainResponse.model_validate_json(bytes(answer.body))
         result = await render(typed, PlotQuery(format, kind, index, max_features), request)
         result.headers["X-Cache"] = answer.headers.get("X-Cache", "")

@@ -1,0 +1,102 @@
+"""Lean answers: an explanation echoes its instance (`data`) up to ECHO_LIMIT numbers; a larger
+image answers `data: null` with its digest unless the request asks for `return_inputs`, and the
+cache never serves one form for the other. RGB CNNs registered over HTTP (tests/image_models.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.schemas import ECHO_LIMIT
+from app.settings import Settings
+from models.registry import ModelRegistry
+from tests import image_models as im
+
+
+@pytest.fixture(scope="module")
+def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    tmp = tmp_path_factory.mktemp("lean")
+    settings = Settings(
+        model_dir=model_dir,
+        user_model_dir=tmp / "user",
+        redis_url=None,
+        database_url=f"sqlite:///{tmp / 'jobs.db'}",
+        load_models_on_start=False,
+    )
+    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
+        yield c
+
+
+def register(client: TestClient, name: str, channels: int, size: int) -> None:
+    module = im.torchscript_bytes(im.rgb_cnn(channels, size))
+    r = client.post(
+        "/v2/repository/models",
+        data=im.image_form(name, channels, size),
+        files={"file": (f"{name}.pt", module)},
+    )
+    assert r.status_code == 201, r.text
+
+
+def explain(client: TestClient, name: str, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    r = client.post(f"/v2/models/{name}/explain/shapley", json=body)
+    assert r.status_code == 200, r.text
+    return r.json(), len(r.content)
+
+
+def sha(x: Any) -> str:
+    return hashlib.sha256(np.asarray(x, dtype=np.float32).tobytes()).hexdigest()
+
+
+def test_large_image_answers_its_digest_and_the_echo_when_asked(client: TestClient) -> None:
+    register(client, "lean-64", 3, 64)
+    x = im.images(1, 3, 64)[0].tolist()  # 12,288 numbers > ECHO_LIMIT
+    body = {"inputs": [x], "budget": 64, "target": [0, 1], "parameters": {"patch_size": 16}}
+    lean, lean_bytes = explain(client, "lean-64", body)
+    assert lean["meta"]["cache"] == "miss"
+    for e in lean["data"]["explanations"]:  # both targets of the one instance
+        assert e["data"] is None
+        assert e["data_digest"] == {"shape": [3, 64, 64], "size": 12288, "sha256": sha(x)}
+    full, full_bytes = explain(client, "lean-64", {**body, "return_inputs": True})
+    assert full["meta"]["cache"] == "miss"  # another answer: another cache entry
+    for a, b in zip(lean["data"]["explanations"], full["data"]["explanations"], strict=True):
+        assert b["data"] == x and "data_digest" not in b
+        assert a["values"] == b["values"]  # the same explanation either way
+    assert full_bytes - lean_bytes > 2 * 12288 * 8  # two echoes of about 9+ characters each
+    again, _ = explain(client, "lean-64", body)
+    assert again["meta"]["cache"] == "hit" and again["data"]["explanations"][0]["data"] is None
+    again, _ = explain(client, "lean-64", {**body, "return_inputs": True})
+    assert again["meta"]["cache"] == "hit" and again["data"]["explanations"][0]["data"] == x
+
+
+def test_small_instances_are_echoed_as_sent(client: TestClient) -> None:
+    register(client, "lean-32", 3, 32)  # 3x32x32 = 3,072 numbers <= ECHO_LIMIT
+    assert 3 * 32 * 32 <= ECHO_LIMIT < 3 * 64 * 64
+    x = im.images(1, 3, 32)[0].tolist()
+    out, _ = explain(
+        client, "lean-32", {"inputs": [x], "budget": 32, "parameters": {"patch_size": 8}}
+    )
+    e = out["data"]["explanations"][0]
+    assert e["data"] == x and "data_digest" not in e
+    row = [50, 1, 25.0, 90.0, 200, 100, 50, 4, 5.0, 90]
+    tab, _ = explain(client, "diabetes-mlp", {"inputs": [row]})
+    assert tab["data"]["explanations"][0]["data"] == row  # as sent: 50 stays 50
+
+
+def test_explain_and_plot_draws_a_lean_image(client: TestClient) -> None:
+    register(client, "lean-plot", 3, 64)
+    x = im.images(1, 3, 64, seed=1)[0].tolist()
+    body = {"inputs": [x], "budget": 32, "parameters": {"patch_size": 16}}
+    r = client.post("/v2/models/lean-plot/explain/shapley/plot?format=vega-lite", json=body)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["hconcat"]) == 2  # the original beside the heatmap
+    lean, _ = explain(client, "lean-plot", body)
+    r = client.post("/v2/plots?format=png", json=lean)  # the answer alone has no image
+    assert r.status_code == 400 and "return_inputs" in r.json()["error"]
+
