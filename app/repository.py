@@ -26,6 +26,7 @@ from models.user import register as register_model
 
 router = APIRouter(tags=["repository"])
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+MAX_FEATURES = 3 * 512 * 512  # values per row: RGB images up to 512x512
 
 
 def _json_list(field: str, raw: str | None) -> list[Any] | None:
@@ -177,8 +178,11 @@ def declaration(
             "modality text, or a Hugging Face or ONNX checkpoint folder as format huggingface)"
         )
     size = math.prod(shape)
-    if size > 100_000:
-        raise InvalidInput("input_shape is too large (over 100,000 features)")
+    if size > MAX_FEATURES:
+        raise InvalidInput(
+            f"input_shape {list(shape)} has {size:,} values per row; at most {MAX_FEATURES:,} "
+            "(a 3x512x512 image): resize the model's input"
+        )
     features = features or facts.feature_names or tuple(f"x{i}" for i in range(size))
     if len(features) != size:
         raise InvalidInput(f"feature_names must be {size} strings (one per input value)")

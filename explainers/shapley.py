@@ -23,15 +23,18 @@ from explainers.estimators.registry import (
 )
 from explainers.estimators.tree import InterventionalUnavailable
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
-from explainers.games import ExplainerError, Game
+from explainers.games import ExplainerError, Game, superpixels
 from explainers.games import text as text_game
-from explainers.games.masked import MaskedModelGame, patch_groups
-from explainers.masking import MaskerOptions
-from explainers.masking import masker_references as _references
+from explainers.games.masked import MaskedModelGame, patch_groups, spatial_hierarchy
+from explainers.games.masked import default_patch_size as patch_default
+from explainers.masking import MaskerOptions, default_masker, resolve
+from explainers.masking import masker_references as _references  # noqa: F401  (tests' path)
 from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
 
-VERSION = "3"  # 3: tree models with background rows: interventional TreeSHAP (2: sampling rounds)
+# 4: image defaults: patches of max(2, ceil(max(H, W) / 16)), blur above 32 px, superpixels
+# (3: tree models with background rows: interventional TreeSHAP; 2: sampling rounds)
+VERSION = "4"
 
 
 class ShapleyOptions(ExplainerOptions):
@@ -63,9 +66,28 @@ class ShapleyOptions(ExplainerOptions):
         "kernel", description="coalition sampler of the kernel estimator"
     )
     masker: MaskerOptions | None = Field(
-        None, description="default: background for tabular models, a zero baseline for images"
+        None,
+        description="default: background for tabular models (and whenever a request sends "
+        "one); for images blur when a side exceeds 32 px, else a zero baseline",
     )
-    patch_size: int = Field(2, ge=1, le=64, description="image models: side of a square patch")
+    patch_size: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="image players 'patches': side of a square patch (edge patches smaller); "
+        "default max(2, ceil(max(H, W) / 16)): at most 16 x 16 patches; echoed as resolved",
+    )
+    n_segments: int = Field(
+        100,
+        ge=8,
+        le=1024,
+        description="image players 'superpixels': about this many SLIC superpixels",
+    )
+    return_baseline: bool = Field(
+        False,
+        description="baseline and blur maskers: each explanation's details.baseline is the "
+        "reference row, in the input's shape (meta.parameters echoes only its digest)",
+    )
     audit_reference: list[Any] | None = Field(
         None,
         min_length=2,
@@ -73,10 +95,11 @@ class ShapleyOptions(ExplainerOptions):
         description="with a request background: rows (as inputs) of the data the background "
         "should represent, for meta.background_audit; default: the model's training split",
     )
-    players: Literal["words", "tokens"] = Field(
-        "words",
-        description="text models: the players are the words (punctuation stays in place) or the "
-        "tokenizer's tokens",
+    players: Literal["auto", "words", "tokens", "patches", "superpixels"] = Field(
+        "auto",
+        description="text models: the words (punctuation stays in place; auto) or the "
+        "tokenizer's tokens; image models: square patches (auto) or SLIC superpixels of each "
+        "image (details.segments: the segmentation, run-length encoded); echoed as resolved",
     )
     absence: Literal["delete", "mask"] = Field(
         "delete",
@@ -96,7 +119,8 @@ class ShapleyOptions(ExplainerOptions):
 @dataclass(frozen=True)
 class _Plan:
     """Per instance a game and its text players; the player names; the options that do not
-    apply (not echoed) and the values resolved for the echo."""
+    apply (not echoed) and the values resolved for the echo; per instance the details an
+    explanation carries (superpixel segments, the baseline)."""
 
     games: list[tuple[Game, int, tuple[Span, ...] | None]]  # (game, n_players, text players)
     names: tuple[str, ...]
@@ -104,6 +128,39 @@ class _Plan:
     resolved: dict[str, Any]
     budget: int  # per instance, after defaults
     cost: int  # model rows per coalition
+    details: tuple[dict[str, Any] | None, ...] = ()  # per instance; empty: none
+
+
+IMAGE_ONLY = {"patch_size", "n_segments"}
+HIERARCHY_UP_TO = 4096  # players: a spatial hierarchy for every game (else only for partition)
+
+
+def _image_players(
+    model: Model, inputs: np.ndarray, options: ShapleyOptions
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str], dict[str, Any], set[str]]:
+    """Per instance (feature groups [d], pixel players [H, W]), the player names, the values
+    resolved for the echo and the options that do not apply."""
+    players = "patches" if options.players == "auto" else options.players
+    if players not in ("patches", "superpixels"):
+        raise OptionError(f"players {players!r} apply to text models; images take patches or "
+                          "superpixels")  # fmt: skip
+    shape = tuple(model.input_shape)
+    height, width = shape[-2], shape[-1]
+    if players == "superpixels":
+        if "patch_size" in options.model_fields_set:
+            raise OptionError("patch_size applies to players 'patches'")
+        maps = [superpixels.slic_players(x, options.n_segments) for x in inputs]
+        groups = [(superpixels.feature_groups(m, shape), m) for m in maps]
+        most = max(int(m.max()) + 1 for m in maps)
+        names = [f"superpixel_{i}" for i in range(most)]
+        return groups, names, {"players": players}, {"patch_size"}
+    if "n_segments" in options.model_fields_set:
+        raise OptionError("n_segments applies to players 'superpixels'")
+    size = options.patch_size or patch_default(shape)
+    flat, names = patch_groups(shape, size)
+    pixel = flat[: height * width].reshape(height, width)  # channel 0's: every channel's
+    resolved = {"players": players, "patch_size": size}
+    return [(flat, pixel)] * len(inputs), names, resolved, {"n_segments"}
 
 
 def _array_plan(
@@ -113,56 +170,81 @@ def _array_plan(
     budget: int | None,
     background: np.ndarray | None,
 ) -> _Plan:
-    """Tabular and image models: masked-model games over features or patches."""
-    text_only = options.model_fields_set & {"players", "absence"}
-    if text_only:
-        raise OptionError(f"{sorted(text_only)} apply to text models only")
-    # Rows the request sent always win: never a silent zero baseline beside them.
-    use_background = background is not None or (
-        model.modality != "image" and model.background is not None
-    )
-    masker = options.masker or MaskerOptions(type="background" if use_background else "baseline")
-    references, masker_echo = _references(model, masker, background)
-    if model.modality == "image":
-        groups, names = patch_groups(model.input_shape, options.patch_size)
+    """Tabular and image models: masked-model games over features, patches or superpixels."""
+    if "absence" in options.model_fields_set:
+        raise OptionError("['absence'] applies to text models only; array models take a masker")
+    image = model.modality == "image"
+    if not image and "players" in options.model_fields_set:
+        raise OptionError("['players'] apply to text and image models only")
+    if not image and options.model_fields_set & IMAGE_ONLY:
+        raise OptionError(f"{sorted(options.model_fields_set & IMAGE_ONLY)} apply to image "
+                          "models only")  # fmt: skip
+    masking = resolve(model, options.masker or default_masker(model, background), background)
+    if options.return_baseline and masking.rows is not None and masking.kind == "background":
+        raise OptionError(
+            "return_baseline applies to the baseline and blur maskers (background rows are "
+            "the request's or the model's own)"
+        )
+    drop = {"absence"}
+    resolved: dict[str, Any] = {}
+    if image:
+        per_instance, names, resolved, unused = _image_players(model, inputs, options)
+        drop |= unused
     else:
-        groups, names = np.arange(model.n_features), list(model.feature_names)
-    n_players, cost = len(names), references.shape[0]
+        flat = np.arange(model.n_features)
+        per_instance, names = [(flat, flat)] * len(inputs), list(model.feature_names)
+        drop |= {"players", *IMAGE_ONLY}
+    n_players, cost = len(names), masking.cost
     if budget is None:
         budget = default_budget(n_players, cost, options.estimator, options.target_se is not None)
     space = shapley_trees.output_space(model, options.output)
     predict = model.tree.margin if space == "margin" and model.tree is not None else model.predict
-    games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
-        (
-            MaskedModelGame(predict, x, references, groups, model.batch_size, model.input_dtype),
-            n_players,
-            None,
-        )
-        for x in inputs
-    ]
-    drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
-    resolved = {"masker": masker_echo, "output": space, **shapley_trees.space_label(model, space)}
-    return _Plan(games, tuple(names), frozenset(drop), resolved, budget, cost)
+    rows_per_pass = model.rows_per_pass()
+    games: list[tuple[Game, int, tuple[Span, ...] | None]] = []
+    details: list[dict[str, Any] | None] = []
+    for x, (groups, pixel) in zip(inputs, per_instance, strict=True):
+        refs = masking.references(model, x)
+        n = int(groups.max()) + 1
+        tree = None
+        if image and (n <= HIERARCHY_UP_TO or options.estimator == "partition"):
+            tree = spatial_hierarchy(pixel)
+        game = MaskedModelGame(predict, x, refs, groups, rows_per_pass, model.input_dtype, tree)
+        games.append((game, n, None))
+        extra: dict[str, Any] = {}
+        if resolved.get("players") == "superpixels":
+            extra["segments"] = superpixels.encode(pixel)
+        if options.return_baseline:
+            extra["baseline"] = refs[0].astype(np.float64).tolist()
+        details.append(extra or None)
+    resolved.update(masker=masking.echo, output=space, **shapley_trees.space_label(model, space))
+    return _Plan(games, tuple(names), frozenset(drop), resolved, budget, cost, tuple(details))
 
 
 def _text_plan(
     model: TextModel, inputs: np.ndarray, options: ShapleyOptions, budget: int | None
 ) -> _Plan:
     """Text models: one game per text over its own words or tokens; the budget fits the longest."""
-    not_text = options.model_fields_set & {"masker", "patch_size", "output"}
+    not_text = options.model_fields_set & {"masker", "output", "return_baseline", *IMAGE_ONLY}
     if not_text:
         raise OptionError(
             f"{sorted(not_text)} do not apply to text models; use players and absence"
         )
+    players = "words" if options.players == "auto" else options.players
+    if players not in ("words", "tokens"):
+        raise OptionError(f"players {players!r} apply to image models; texts take words or "
+                          "tokens")  # fmt: skip
     games: list[tuple[Game, int, tuple[Span, ...] | None]] = [
         (game, game.n_players, game.pieces)
-        for game in text_game.text_games(model, inputs, options.players, options.absence)
+        for game in text_game.text_games(model, inputs, players, options.absence)
     ]
     longest = max(n for _, n, _ in games)
     if budget is None:
         budget = default_budget(longest, 1, options.estimator, options.target_se is not None)
-    resolved = {"mask_token": model.mask_token} if options.absence == "mask" else {}
-    return _Plan(games, (), frozenset({"masker", "patch_size", "output"}), resolved, budget, 1)
+    resolved: dict[str, Any] = {"players": players}
+    if options.absence == "mask":
+        resolved["mask_token"] = model.mask_token
+    drop = frozenset({"masker", "output", "return_baseline", *IMAGE_ONLY})
+    return _Plan(games, (), drop, resolved, budget, 1)
 
 
 def explain(
@@ -218,12 +300,21 @@ def explain(
     if any(not 0 <= t < model.n_outputs for t in runs.wanted(target) if t is not None):
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
     explanations = []
-    for game, n_players, players in plan.games:
+    extras = plan.details or (None,) * len(plan.games)
+    for (game, n_players, players), extra in zip(plan.games, extras, strict=True):
         for explanation in explain_one(game, n_players, run):
             if not 0 <= explanation.output_index < model.n_outputs:
                 raise OptionError(f"target out of range for {model.n_outputs} outputs")
+            details = explanation.details
+            if extra:
+                details = {**(details or {}), **extra}
             explanations.append(
-                replace(explanation, players=players, warnings=explanation.warnings + caveats)
+                replace(
+                    explanation,
+                    players=players,
+                    warnings=explanation.warnings + caveats,
+                    details=details,
+                )
             )
     echo = {**options.echo(drop=plan.drop | _index_drop(options.index)), **plan.resolved}
     additive = options.index in interactions.EFFICIENT
@@ -257,7 +348,8 @@ def _tree_result(
     explanations = shapley_trees.tree_explanations(
         model, inputs, options.index, target, space, rows
     )
-    drop = _index_drop(options.index) | {"players", "absence", "patch_size", "sampler"}
+    drop = _index_drop(options.index) | {"players", "absence", "sampler", "return_baseline"}
+    drop |= IMAGE_ONLY
     echo = options.echo(drop=drop)
     echo.update(estimator="tree", output=space, masker=masker)
     echo.update(shapley_trees.space_label(model, space))
