@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import socket
 import tempfile
@@ -25,6 +26,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from app.logging import configure as configure_logging
 from app.readiness import PROCESSES_ENV, READY_DIR_ENV
 
+SHUTDOWN_BACKSTOP_S = 2.0  # past SHUTDOWN_GRACE_S: uvicorn cancels requests still running
 LOG_ENV = ("ATTRIBUTION_LOG_LEVEL", "ATTRIBUTION_LOG_FORMAT")  # handed to worker processes
 SUPERVISOR_ENV = "ATTRIBUTION_SUPERVISOR"  # the pid that started the workers
 
@@ -67,15 +69,16 @@ def worker_app() -> Any:
     return create_app(Settings())
 
 
-def check_settings(parser: argparse.ArgumentParser) -> None:
+def check_settings(parser: argparse.ArgumentParser) -> float:
     """Stop the start, before any worker is spawned, on a setting this machine cannot honour
-    (DEVICE=cuda without a CUDA device, ...): one line per setting, exit status 2."""
+    (DEVICE=cuda without a CUDA device, ...): one line per setting, exit status 2. Returns
+    SHUTDOWN_GRACE_S."""
     from pydantic import ValidationError
 
     from app.settings import Settings
 
     try:
-        Settings()
+        return Settings().shutdown_grace_s
     except ValidationError as exc:
         lines = [
             f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
@@ -92,7 +95,11 @@ def main() -> None:
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     args = parser.parse_args()
     configure_logging(args.log_level, args.log_format)
-    check_settings(parser)
+    grace = check_settings(parser)
+    # SIGTERM: running requests get SHUTDOWN_GRACE_S (then app/main.py cancels explanations,
+    # which answer 503), and uvicorn cancels whatever still runs a little later; never an
+    # open-ended "Waiting for connections to close".
+    backstop = math.ceil(grace + SHUTDOWN_BACKSTOP_S)
     cores = os.cpu_count() or 1
     workers = processes(os.environ, cores)
     if workers == 1:
@@ -103,6 +110,7 @@ def main() -> None:
             log_level=args.log_level,
             log_config=None,  # keep our handlers (JSON lines with request ids)
             http=NoDelayHTTP,
+            timeout_graceful_shutdown=backstop,
         )
         return
     # Workers are spawned (fresh interpreters): what they need goes through the environment.
@@ -122,6 +130,7 @@ def main() -> None:
         port=args.port,
         log_level=args.log_level,
         log_config=None,
+        timeout_graceful_shutdown=backstop,
     )
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from explainers.games import BudgetError, ExplainerError, NotDifferentiableError
+from explainers.games import BudgetError, Cancelled, ExplainerError, NotDifferentiableError
 from explainers.registry import UnknownExplainerError, UnsupportedModelError
 from models.base import ModelError, ModelNotReadyError, UnknownModelError
 from models.remote import RemoteModelError
@@ -92,6 +92,14 @@ class GatewayTimeout(ApiError):
     code = "timeout"
 
 
+class ShuttingDown(ApiError):
+    """The server stopped this explanation because it is shutting down (SIGTERM): retry, on
+    another instance behind a load balancer."""
+
+    status = 503
+    code = "shutting_down"
+
+
 def from_library(exc: Exception) -> ApiError:
     """Map errors of the explainers and models packages to API errors."""
     if isinstance(exc, UnknownModelError):
@@ -109,6 +117,8 @@ def from_library(exc: Exception) -> ApiError:
         return ApiError(str(exc), code=exc.code).with_status(status)
     if isinstance(exc, BudgetError):
         return ApiError(str(exc), code="budget_too_small")
+    if isinstance(exc, Cancelled):  # withdrawn work (a cancelled job): nobody waits for it
+        return ApiError(str(exc), code="cancelled").with_status(503)
     if isinstance(exc, ExplainerError):
         return ApiError(str(exc), code="invalid_option")
     if isinstance(exc, NoTokenizerError):
@@ -129,9 +139,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "Payload too large"),
         (422, "Request does not match the schema"),
         (429, "Rate limit exceeded (Retry-After says when to retry)"),
-        (503, "Not ready, or overloaded (Retry-After)"),
+        (503, "Not ready, overloaded or shutting down (Retry-After)"),
         (502, "A remote model's endpoint failed or answered something unusable"),
-        (504, "timeout_ms passed before an answer (no partial estimate possible)"),
+        (
+            504,
+            "timeout_ms (or the server's DEFAULT_TIMEOUT_MS) passed before an answer (no "
+            "partial estimate possible)",
+        ),
     ]
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import tempfile
 import threading
 from collections.abc import AsyncIterator
@@ -111,6 +112,30 @@ def resume(jobs: JobStore, queue: Queue) -> None:
 _RESUME_LOCKS: list[Any] = []  # held for the life of the process
 
 
+def cancel_after_sigterm(service: ExplainService, grace_s: float) -> None:
+    """On SIGTERM give running explanations `grace_s` seconds, then cancel them: each answers
+    503 shutting_down at its next model call, so the connections close and the process exits.
+    uvicorn's own handler still runs (it stops accepting, waits for running requests, and after
+    timeout_graceful_shutdown cancels what is left: app/__main__.py). Only where uvicorn
+    handles the signal (the main thread of a server process; not under TestClient)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):  # not served by uvicorn: leave the process's handling alone
+        return
+    timers: list[threading.Timer] = []
+
+    def on_sigterm(sig: int, frame: Any) -> None:
+        if not timers:
+            log.info("SIGTERM: running explanations have %.1f s, then are cancelled", grace_s)
+            timers.append(threading.Timer(grace_s, service.stopping.set))
+            timers[0].daemon = True
+            timers[0].start()
+        previous(sig, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)  # uvicorn restores its predecessor at exit
+
+
 def resumes_here() -> bool:
     """Whether this process resumes unfinished in-process jobs: of the API processes one
     `python -m app` started (ATTRIBUTION_SUPERVISOR), only the first to lock a file does, so
@@ -159,7 +184,11 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         # Nobody else finishes what a restart interrupted; of several API processes one does.
         if queue.backend == "inprocess" and resumes_here():
             threading.Thread(target=resume, args=(jobs, queue), daemon=True).start()
+        cancel_after_sigterm(service, settings.shutdown_grace_s)
         yield
+        # What still computes (abandoned threads, in-process job chunks) stops at its next
+        # model call; unfinished jobs resume at the next start (or on another worker).
+        service.stopping.set()
         queue.close()
 
     app = FastAPI(

@@ -42,6 +42,13 @@ class Metrics:
             ["model", "explainer"],
             registry=self.registry,
         )
+        self.cancelled = Counter(
+            "explain_cancelled_total",
+            "Explanations stopped before their answer, by reason: disconnect (the client left), "
+            "deadline (abandoned at its time limit), shutdown",
+            ["reason"],
+            registry=self.registry,
+        )
         self.cache = Counter(
             "explain_cache_requests_total",
             "Cache lookups by result (hit, miss, bypass)",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -31,10 +35,11 @@ from app.schemas import (
     TensorMeta,
     request_model,
 )
-from app.service import ExplainService, Outcome, Prepared
+from app.service import ExplainService, Outcome, Prepared, limit_text
 from explainers.registry import EXPLAINERS, ExplainerSpec, catalog
 from models.base import Model, RankerModel, TextModel
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -168,11 +173,27 @@ async def list_explainers() -> list[ExplainerInfo]:
     ]
 
 
-async def bounded_compute(request: Request, svc: ExplainService, prepared: Prepared) -> Outcome:
-    """Compute on the bounded pool; 503 when too much waits, 504 at the request's deadline.
+GRACE_S = 0.25  # past a deadline: let a cooperative explainer return its partial estimate first
 
-    Sampling estimators watch the deadline themselves (and may answer with a partial estimate);
-    for the rest the answer is abandoned at the deadline while the thread finishes in the pool.
+
+async def client_left(request: Request) -> None:
+    """Return once the client has closed the connection. The body was read before the
+    handler ran, so the ASGI receive channel has nothing else to say but `http.disconnect`;
+    the middlewares (app/main.py, app/logging.py, app/auth.py) pass it through."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def bounded_compute(
+    request: Request, svc: ExplainService, prepared: Prepared
+) -> Outcome | None:
+    """Compute on the bounded pool; 503 when too much waits, 504 at the request's deadline,
+    None when the client left first (there is nobody to answer).
+
+    Sampling estimators watch the deadline themselves (and may answer with a partial
+    estimate). Whenever the route stops waiting (deadline, client gone, server shutting down)
+    it withdraws the work too: the thread stops at its next model call instead of running on
+    outside the pool's bound, and nothing is cached.
     """
     state = request.app.state
     if state.pending_explains >= state.settings.max_pending_explains:
@@ -180,22 +201,61 @@ async def bounded_compute(request: Request, svc: ExplainService, prepared: Prepa
             f"{state.pending_explains} explanations are already queued or running; retry soon",
             headers={"Retry-After": "1"},
         )
+    withdrawn = threading.Event()
+    prepared.cancel = withdrawn.is_set
+    done: list[Outcome] = []
+    failed: list[Exception] = []
+    left = False
+
+    async def work(scope: anyio.CancelScope) -> None:
+        try:
+            done.append(
+                await anyio.to_thread.run_sync(
+                    svc.compute, prepared, limiter=state.limiter, abandon_on_cancel=True
+                )
+            )
+        except Exception as exc:  # the answer's error, raised below outside the task group
+            failed.append(exc)
+        scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal left
+        await client_left(request)
+        left = True
+        scope.cancel()
+
+    reason = "shutdown"  # the task itself was cancelled: uvicorn's graceful shutdown ran out
     state.pending_explains += 1
     try:
-        if prepared.deadline is None:
-            outcome: Outcome = await off_loop(request, svc.compute, prepared)
-            return outcome
-        grace = 0.25  # let a cooperative explainer return its partial estimate first
-        with anyio.move_on_after(max(prepared.deadline - time.monotonic(), 0) + grace):
-            outcome = await anyio.to_thread.run_sync(
-                svc.compute, prepared, limiter=state.limiter, abandon_on_cancel=True
-            )
-            return outcome
+        wait = math.inf
+        if prepared.deadline is not None:
+            wait = max(prepared.deadline - time.monotonic(), 0) + GRACE_S
+        with anyio.move_on_after(wait):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(work, tg.cancel_scope)
+                tg.start_soon(watch, tg.cancel_scope)
+        if done:
+            return done[0]
+        if failed:
+            raise failed[0]
+        reason = "disconnect" if left else "deadline"
+        if left:
+            return None
         raise GatewayTimeout(
-            f"timeout_ms={prepared.req.timeout_ms} passed before an answer",
+            f"{limit_text(prepared)} passed before an answer",
         )
     finally:
         state.pending_explains -= 1
+        if not done and not failed:
+            withdrawn.set()
+            svc.metrics.cancelled.labels(reason).inc()
+            log.info(
+                "explanation %s cancelled (%s): %s on %s",
+                prepared.request_id,
+                reason,
+                prepared.spec.name,
+                prepared.model.name,
+            )
 
 
 INLINE_BODY_BYTES = 64 * 1024  # bodies up to this size are validated on the event loop
@@ -255,19 +315,15 @@ async def prepare_request(
     """Validate and key a request without looking it up: on the event loop when `inline` (a
     small request for a loaded built-in: ~0.1 ms of pure CPU, cheaper than a thread hop),
     else on a wide pool, so that it never waits behind explanations being computed."""
+    # Synchronous requests without timeout_ms run under the server's DEFAULT_TIMEOUT_MS.
+    default = request.app.state.settings.default_timeout_ms
+    run = partial(
+        svc.prepare, model, spec.name, body, use_cache, arrived, False, default_timeout_ms=default
+    )
     if inline:
-        prepared = svc.prepare(model, spec.name, body, use_cache, arrived, lookup=False)
+        prepared = run()
     else:
-        prepared = await anyio.to_thread.run_sync(
-            svc.prepare,
-            model,
-            spec.name,
-            body,
-            use_cache,
-            arrived,
-            False,
-            limiter=request.app.state.io_limiter,
-        )
+        prepared = await anyio.to_thread.run_sync(run, limiter=request.app.state.io_limiter)
     if not isinstance(prepared, Prepared):  # lookup=False never answers from the cache
         raise TypeError(f"prepare answered {type(prepared).__name__}")
     return prepared
@@ -315,6 +371,9 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
             if not available:
                 prepared.status = "bypass"
             outcome = await bounded_compute(request, svc, prepared)
+            if outcome is None:  # the client left: nobody reads an answer (nginx's 499)
+                status = 499
+                return Response(status_code=499)
             status = 200
         except ApiError as exc:
             status = exc.status

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +20,7 @@ from app.errors import (
     GatewayTimeout,
     InvalidInput,
     PayloadTooLarge,
+    ShuttingDown,
     from_library,
 )
 from app.evaluate import attach_evaluation, split_evaluate
@@ -40,10 +44,13 @@ from explainers.caveats import with_caveats
 from explainers.context import Artifacts, NotTrainedError, RunContext
 from explainers.evaluation import EvaluateOptions
 from explainers.explanation import ExplainResult, OptionError
-from explainers.games import DeadlineExceeded, ExplainerError, deadline
+from explainers.games import Cancelled, DeadlineExceeded, ExplainerError, deadline
+from explainers.games.deadlines import any_of, stop_when
 from explainers.registry import ExplainerSpec, get_explainer, unsupported
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
+
+log = logging.getLogger(__name__)
 
 # Explainers whose one run explains several outputs from the same model evaluations (a target
 # tuple reaches them); the others run once per output asked for (meta.targets says so).
@@ -88,6 +95,9 @@ class Prepared:
     deadline: float | None  # time.monotonic() by which to answer (timeout_ms from arrival)
     evaluate: EvaluateOptions | None = None  # parameters.evaluate: figures for each explanation
     out_of_range: dict[int, str] | None = None  # allowed out-of-range instances: warnings
+    timeout_ms: int | None = None  # the limit in force: the request's or the server's default
+    default_limit: bool = False  # the limit is the server's DEFAULT_TIMEOUT_MS
+    cancel: Callable[[], bool] | None = None  # true once the caller withdrew (client left)
 
 
 class ExplainService:
@@ -99,6 +109,8 @@ class ExplainService:
         self.cache = cache
         self.metrics = metrics
         self.jobs: JobStore | None = None  # set when a job store exists (learned baselines)
+        # Set when the server shuts down: every computation stops at its next model call.
+        self.stopping = threading.Event()
 
     @property
     def context(self) -> RunContext:
@@ -142,15 +154,19 @@ class ExplainService:
         use_cache: bool,
         arrived: float | None = None,
         lookup: bool = True,
+        default_timeout_ms: int = 0,
     ) -> Outcome | Prepared:
         """Validate and consult the cache: cheap, so hits never wait for a compute slot.
 
         `arrived` (time.monotonic()) starts the request's `timeout_ms`; default: now.
         `lookup=False`: the caller looks the key up itself (the HTTP route, without blocking
         the event loop) and counts it; the answer is then always a Prepared.
+        `default_timeout_ms`: the limit of a request without timeout_ms (the HTTP route passes
+        DEFAULT_TIMEOUT_MS; jobs pass nothing: an audit is not bounded by it); 0: none.
         """
         arrived = time.monotonic() if arrived is None else arrived
-        limit = None if req.timeout_ms is None else arrived + req.timeout_ms / 1000
+        timeout_ms = req.timeout_ms or default_timeout_ms or None
+        limit = None if timeout_ms is None else arrived + timeout_ms / 1000
         model = self.model(model_name)
         spec = self.explainer(model, explainer_name)
         s = self.settings
@@ -204,6 +220,8 @@ class ExplainService:
                     json.dumps(req.inputs, separators=(",", ":")).encode()
                 ).hexdigest()[:16],
                 "fields": req.model_dump(mode="json", include=set(fields)),
+                # `data` echoes large instances only when asked (app/schemas.py ECHO_LIMIT)
+                **({"return_inputs": True} if getattr(req, "return_inputs", False) else {}),
                 **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
             }
         )
@@ -236,6 +254,8 @@ class ExplainService:
             limit,
             evaluate,
             out_of_range,
+            timeout_ms,
+            req.timeout_ms is None and timeout_ms is not None,
         )
 
     def inline_model(
@@ -258,7 +278,8 @@ class ExplainService:
         start = time.perf_counter()
         context = self.context
         try:
-            with deadline(p.deadline), ceiling(self.settings.max_budget):
+            stop = stop_when(any_of(p.cancel, self.stopping.is_set))
+            with deadline(p.deadline), stop, ceiling(self.settings.max_budget):
                 result = self._run(p, context)
                 k = n_targets(p.target)
                 rows, outside = p.inputs, p.out_of_range
@@ -269,10 +290,18 @@ class ExplainService:
                 result = attach_evaluation(replace(p, inputs=rows), result, context)
         except DeadlineExceeded as exc:
             raise GatewayTimeout(
-                f"timeout_ms={req.timeout_ms} passed before an answer (the sampled Shapley "
-                "estimators answer from their first completed round on, and not one fitted); "
-                "raise it or lower the budget"
+                f"{limit_text(p)} passed before an answer (the sampled Shapley estimators "
+                "answer from their first completed round on, and not one fitted); raise "
+                "timeout_ms or lower the budget"
             ) from exc
+        except Cancelled as exc:
+            if self.stopping.is_set():
+                log.info("explanation %s cancelled: the server is shutting down", p.request_id)
+                raise ShuttingDown(
+                    "the server is shutting down: the explanation was cancelled; retry",
+                    headers={"Retry-After": "1"},
+                ) from exc
+            raise from_library(exc) from exc
         except (ExplainerError, ModelError) as exc:
             raise from_library(exc) from exc
         elapsed = (time.perf_counter() - start) * 1000
@@ -378,11 +407,16 @@ class ExplainService:
         if undeclared:  # a programming error: the answer's contract is app/schemas.py
             raise TypeError(f"{spec.name} answers undeclared meta {sorted(undeclared)}")
         k = len((result.meta.get("targets") or {}).get("output_indices") or [0])
+        from app.schemas import echoed  # an instance over ECHO_LIMIT numbers: its digest
+
+        asked = bool(getattr(req, "return_inputs", False))
+        echoes = [echoed(x, asked) for x in req.inputs] if spec.uses_inputs else []
         explanations = [
             ExplanationOut(
                 output_index=e.output_index,
                 output_name=e.output_name or model.output_names[e.output_index],
                 data=raw,
+                **({} if digest is None else {"data_digest": digest}),
                 values=e.values.tolist(),
                 base_value=e.base_value,
                 instance_output_value=e.instance_output_value,
@@ -398,11 +432,11 @@ class ExplainService:
                 estimator=e.estimator,
                 n_model_evals=e.n_model_evals,
             )
-            for e, raw in zip(
+            for e, (raw, digest) in zip(
                 result.explanations,
-                [x for x in req.inputs for _ in range(k)]
+                [echo for echo in echoes for _ in range(k)]
                 if spec.uses_inputs
-                else [None] * len(result.explanations),
+                else [(None, None)] * len(result.explanations),
                 strict=True,
             )
         ]
@@ -429,6 +463,13 @@ class ExplainService:
         return ExplainResponse(
             model_name=model.name, model_version=model.version, id="", meta=meta, data=data
         )
+
+
+def limit_text(p: Prepared) -> str:
+    """The limit a request ran under, in words for its 504."""
+    if p.default_limit:
+        return f"the server's default time limit (DEFAULT_TIMEOUT_MS={p.timeout_ms} ms)"
+    return f"timeout_ms={p.timeout_ms}"
 
 
 def n_targets(target: int | tuple[int, ...] | None) -> int:

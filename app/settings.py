@@ -63,6 +63,19 @@ class Settings(BaseSettings):
     max_pending_explains: int = Field(
         64, ge=1, description="explanations queued or running; beyond: 503 with Retry-After"
     )
+    default_timeout_ms: int = Field(
+        60_000,
+        ge=0,
+        description="time limit of a synchronous explain request without timeout_ms, from its "
+        "arrival: the sampled estimators then answer their anytime estimate (meta.partial), the "
+        "others 504; 0: no default limit. Jobs are not bounded by it",
+    )
+    shutdown_grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="on SIGTERM, how long running requests may finish before they are "
+        "cancelled and the process exits",
+    )
     rate_limit: str | None = Field(
         None,
         description='per API key (or client address when open), e.g. "50/second; 2000/minute"; '

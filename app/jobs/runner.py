@@ -9,7 +9,8 @@ from app.jobs.audit import top_k_bootstrap
 from app.jobs.context import CancelWatch, JobContext
 from app.jobs.kinds import kind
 from app.jobs.store import FINISHED
-from explainers.games import Cancelled, stop_when
+from explainers.games import Cancelled
+from explainers.games.deadlines import any_of, stop_when
 
 log = logging.getLogger(__name__)
 __all__ = ["CancelWatch", "JobContext", "run_chunk", "top_k_bootstrap"]
@@ -25,11 +26,14 @@ def run_chunk(ctx: JobContext, job_id: str, chunk: int) -> None:
     stored = ctx.store.stored_indices(job_id, indices)  # one query, not one per instance
     todo = [i for i in indices if i not in stored]
     try:
-        # A cancel reaches the explainers at their next model call (sampling: the next round).
-        with stop_when(CancelWatch(ctx, job_id)):
+        # A cancel reaches the explainers at their next model call (sampling: the next round);
+        # so does the server's shutdown: the chunk stays unfinished and runs again at the next
+        # start (in-process queue) or on another worker (its task is redelivered).
+        with stop_when(any_of(CancelWatch(ctx, job_id), ctx.service.stopping.is_set)):
             kind(job.kind).run(ctx, job, todo)
     except Cancelled:
-        log.info("job %s chunk %d stopped: cancelled", job_id, chunk)
+        why = "the server is shutting down" if ctx.service.stopping.is_set() else "cancelled"
+        log.info("job %s chunk %d stopped: %s", job_id, chunk, why)
         return
     except Exception as exc:
         log.exception("job %s chunk %d failed", job_id, chunk)

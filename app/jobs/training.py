@@ -68,14 +68,15 @@ def _checked(
 
 def _progress(ctx: JobContext, job: Job) -> Callable[[dict[str, Any]], bool]:
     """A trainer's progress callback: each record is the job's next result; False once the
-    job is cancelled (the trainer stops)."""
+    job is cancelled or the server shuts down (the trainer stops; an unfinished job is
+    trained again at the next start)."""
     count = 0
 
     def progress(record: dict[str, Any]) -> bool:
         nonlocal count
         ctx.store.add_results(job.id, {count: record})
         count += 1
-        return not cancelled(ctx, job.id)
+        return not (ctx.service.stopping.is_set() or cancelled(ctx, job.id))
 
     return progress
 

@@ -24,15 +24,27 @@ def deadline(at: float | None) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
-# A check that says the work was withdrawn (a job's cancel flag), asked before each model call.
+# A check that says the work was withdrawn (a job's cancel flag, a client that left, a server
+# shutting down), asked before each model call.
 _STOP: ContextVar[Callable[[], bool] | None] = ContextVar("explain_stop", default=None)
+
+
+def any_of(*checks: Callable[[], bool] | None) -> Callable[[], bool] | None:
+    """One cancel check that is true once any of `checks` is (None entries are skipped)."""
+    live = tuple(c for c in checks if c is not None)
+    if not live:
+        return None
+    if len(live) == 1:
+        return live[0]
+    return lambda: any(check() for check in live)
 
 
 @contextmanager
 def stop_when(cancelled: Callable[[], bool] | None) -> Iterator[None]:
-    """Run the block with a cancel check: once `cancelled()` is true, the next model call
-    raises Cancelled. It runs before every batched model call, so it must be cheap."""
-    token = _STOP.set(cancelled)
+    """Run the block with a cancel check, added to any check already set (a job's cancel flag
+    still counts inside a request's): once one is true, the next model call raises Cancelled.
+    It runs before every batched model call, so it must be cheap."""
+    token = _STOP.set(any_of(_STOP.get(), cancelled))
     try:
         yield
     finally:
@@ -48,9 +60,9 @@ def has_deadline() -> bool:
 def check_deadline() -> None:
     """Raise DeadlineExceeded once the current deadline has passed, Cancelled once the work
     was withdrawn; long loops call this."""
+    stop = _STOP.get()  # first: withdrawn work wants no answer, not even a partial one
+    if stop is not None and stop():
+        raise Cancelled("the work was cancelled")
     at = _DEADLINE.get()
     if at is not None and time.monotonic() > at:
         raise DeadlineExceeded("the time limit (timeout_ms) passed before the answer was ready")
-    stop = _STOP.get()
-    if stop is not None and stop():
-        raise Cancelled("the work was cancelled")
