@@ -18,13 +18,16 @@ from app.plots import (
     NEGATIVE,
     POSITIVE,
     Classes,
+    Range,
     View,
     auto_kind,
-    image_map,
+    colour_of,
+    image_maps,
     image_of,
     interaction_matrix,
     labels,
     num,
+    segment_labels,
     title,
     top,
     top_classes_text,
@@ -49,7 +52,13 @@ def _diverging() -> Any:
 
 
 def figure(
-    body: ExplainResponse, kind: str, index: int, max_features: int, classes: Classes = None
+    body: ExplainResponse,
+    kind: str,
+    index: int,
+    max_features: int,
+    classes: Classes = None,
+    channels: str = "sum",
+    value_range: Range = None,
 ) -> Any:
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
@@ -59,7 +68,7 @@ def figure(
     if kind in ("bar", "waterfall"):
         fig = _bars(v, kind, max_features)
     elif kind == "heatmap":
-        fig = _heatmap(v, classes)
+        fig = _heatmap(v, classes, channels, value_range)
     elif kind == "text":
         fig = _text_figure(v)
     elif kind == "interactions":
@@ -118,31 +127,56 @@ def _bars(v: View, kind: str, max_features: int) -> Any:
     return fig
 
 
-def _heatmap(v: View, classes: Classes) -> Any:
-    """The original on the left, the attributions over a faint copy on the right (shap's
-    image_plot); the top classes under the original."""
+def _heatmap(v: View, classes: Classes, channels: str, value_range: Range) -> Any:
+    """The original on the left (in colour for RGB), the attributions over a paler copy on the
+    right (shap's image_plot; channels=each: one panel per channel); superpixel boundaries in
+    yellow; the top classes under the original."""
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
 
-    grid, image = image_map(v), image_of(v)
-    if grid is None or image is None:  # image_map(strict=True) raises first
+    maps, grey = image_maps(v, channels), image_of(v)
+    if maps is None or grey is None:  # image_maps(strict=True) raises first
         raise InvalidInput("a heatmap needs an image instance")
-    fig = Figure(figsize=(8, 4.4))
-    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    left.imshow(image, cmap="gray_r")
-    left.set_title("input", fontsize=9)
+    colour = colour_of(v, value_range)
+    labels = segment_labels(v, *grey.shape)
+    edges = None
+    if labels is not None:
+        from skimage.segmentation import find_boundaries
+
+        edges = np.zeros((*grey.shape, 4))
+        edges[find_boundaries(labels, mode="inner")] = (1.0, 0.84, 0.0, 0.9)
+    panels = 1 + len(maps)
+    fig = Figure(figsize=(4 * panels, 4.4))
+    axes = [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
+    if colour is not None:
+        axes[0].imshow(colour, interpolation="nearest")
+    else:
+        axes[0].imshow(grey, cmap="gray_r", interpolation="nearest")
+    axes[0].set_title("input", fontsize=9)
     if classes:
-        left.set_xlabel(top_classes_text(classes), fontsize=9)
-    right.imshow(image, cmap="gray_r", alpha=0.2)
-    limit = float(np.abs(grid).max()) or 1.0
-    shown = right.imshow(grid, cmap=_diverging(), norm=TwoSlopeNorm(0, vmin=-limit, vmax=limit))
-    right.set_title(f"attributions to {v.output_name}", fontsize=9)
-    bar = fig.colorbar(shown, ax=right, fraction=0.046, pad=0.04)
+        axes[0].set_xlabel(top_classes_text(classes), fontsize=9)
+    limit = max(float(np.abs(grid).max()) for _, grid in maps) or 1.0
+    norm = TwoSlopeNorm(0, vmin=-limit, vmax=limit)
+    shown = None
+    for ax, (name, grid) in zip(axes[1:], maps, strict=True):
+        if colour is not None:  # paler, still in its colours where attributions are ~0
+            ax.imshow(colour, alpha=0.5, interpolation="nearest")
+        else:
+            ax.imshow(grey, cmap="gray_r", alpha=0.2, interpolation="nearest")
+        shown = ax.imshow(grid, cmap=_diverging(), norm=norm, interpolation="nearest")
+        channel = "" if name == "sum" else f" ({name} channel)"
+        ax.set_title(f"attributions to {v.output_name}{channel}", fontsize=9)
+    if edges is not None:
+        for ax in axes:
+            ax.imshow(edges, interpolation="nearest")
+    assert shown is not None  # image_maps gives at least one map
+    bar = fig.colorbar(shown, ax=axes[-1], fraction=0.046, pad=0.04)
     bar.set_label("attribution: red raises, blue lowers", fontsize=8)
-    for ax in (left, right):
+    for ax in axes:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.subplots_adjust(left=0.03, right=0.86, top=0.86, bottom=0.1, wspace=0.08)
+    right = 1 - 1.12 / (4 * panels)  # 1.12 in for the colour bar
+    fig.subplots_adjust(left=0.03, right=right, top=0.86, bottom=0.1, wspace=0.08)
     return fig
 
 
@@ -237,9 +271,11 @@ def image_bytes(
     index: int,
     max_features: int,
     classes: Classes = None,
+    channels: str = "sum",
+    value_range: Range = None,
 ) -> bytes:
     buf = io.BytesIO()
-    fig = figure(body, kind, index, max_features, classes)
+    fig = figure(body, kind, index, max_features, classes, channels, value_range)
     try:
         fig.savefig(buf, format=fmt, dpi=100, metadata={"Date": None} if fmt == "svg" else None)
     except (ValueError, OverflowError) as exc:  # e.g. values too large to lay out

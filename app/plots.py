@@ -21,6 +21,9 @@ from app.schemas import ExplainResponse, ExplanationOut
 Kind = Literal["auto", "bar", "waterfall", "heatmap", "text", "interactions"]
 Format = Literal["png", "svg", "vega-lite", "shap"]
 Classes = list[tuple[str, float]] | None  # (class name, probability), most probable first
+Channels = Literal["sum", "r", "g", "b", "each"]
+Range = tuple[float, float] | None  # the model's input_range, when known
+Maps = list[tuple[str, np.ndarray]]  # attribution maps [H, W] with their channel: sum, r, g, b
 VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 PATCH = re.compile(r"^patch_(\d+)_(\d+)$")
 POSITIVE, NEGATIVE = "#d62728", "#1f77b4"  # shap's convention: red raises the output
@@ -149,9 +152,42 @@ def image_of(v: View) -> np.ndarray | None:
     return data if data.ndim == 2 else None
 
 
+def colour_of(v: View, value_range: Range = None) -> np.ndarray | None:
+    """An RGB instance (3×H×W, channels first) as colours [H, W, 3] in [0, 1], or None.
+
+    `value_range`: the model's input_range; without it [0, 1] or [0, 255] when the values lie
+    there, else their own minimum and maximum (one scale for the three channels: hues stay)."""
+    try:
+        data = np.asarray(v.explanation.data, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    if data.ndim != 3 or data.shape[0] != 3 or data.size == 0 or not np.all(np.isfinite(data)):
+        return None
+    lo, hi = value_range if value_range is not None else _own_range(data)
+    scaled = (data - lo) / (hi - lo) if hi > lo else np.zeros_like(data)
+    return np.asarray(np.clip(scaled, 0, 1).transpose(1, 2, 0))
+
+
+def _own_range(data: np.ndarray) -> tuple[float, float]:
+    lo, hi = float(data.min()), float(data.max())
+    if lo >= 0 and hi <= 1:
+        return 0.0, 1.0
+    if lo >= 0 and hi <= 255:
+        return 0.0, 255.0
+    return lo, hi
+
+
 def image_map(v: View, strict: bool = True) -> np.ndarray | None:
-    """Attributions spread over pixels [H, W]: one value per pixel (channels summed), or one per
-    patch named patch_<row>_<col> with parameters.patch_size."""
+    """Attributions spread over pixels [H, W]: one value per pixel (channels summed), one per
+    patch named patch_<row>_<col>, or one per superpixel (details.segments)."""
+    maps = image_maps(v, "sum", strict)
+    return None if maps is None else maps[0][1]
+
+
+def image_maps(v: View, channels: str = "sum", strict: bool = True) -> Maps | None:
+    """Attribution maps [H, W] with their names: one, summed over channels ("sum"), or with
+    pixel attributions of an RGB image (3×H×W values) a channel's own ("r", "g", "b") or all
+    three ("each")."""
     image = image_of(v)
     if image is None:
         if strict:
@@ -163,19 +199,80 @@ def image_map(v: View, strict: bool = True) -> np.ndarray | None:
         if strict:
             raise InvalidInput("the instance is an empty image")
         return None
-    if n % (h * w) == 0 and n >= h * w:
-        return np.asarray(v.values.reshape(-1, h, w).sum(axis=0))
-    size = int(v.parameters.get("patch_size", 0) or 0)
-    matches = [PATCH.match(name) for name in v.names]
-    if size > 0 and all(matches):
-        grid = np.zeros((h, w))
-        for m, value in zip(matches, v.values, strict=True):
-            r, c = int(m.group(1)) * size, int(m.group(2)) * size  # type: ignore[union-attr]
-            grid[r : r + size, c : c + size] = value
-        return grid
+    if n % (h * w) == 0 and n >= h * w:  # pixel attributions [C, H, W]
+        planes = v.values.reshape(-1, h, w)
+        if channels == "sum":
+            return [("sum", np.asarray(planes.sum(axis=0)))]
+        if len(planes) != 3:
+            raise InvalidInput(
+                f"channels={channels} needs pixel attributions of an RGB image (3 values per "
+                f"pixel); this explanation has {len(planes)}: use channels=sum"
+            )
+        if channels == "each":
+            return [(name, np.asarray(planes[i])) for i, name in enumerate("rgb")]
+        return [(channels, np.asarray(planes["rgb".index(channels)]))]
+    if channels != "sum":
+        raise InvalidInput(
+            f"channels={channels} applies to pixel attributions (gradient explainers); each of "
+            "these players covers every channel: use channels=sum"
+        )
+    labels = segment_labels(v, h, w)
+    if labels is not None:
+        return [("sum", np.asarray(v.values[labels]))]
+    grid = _patch_grid(v, h, w)
+    if grid is not None:
+        return [("sum", grid)]
     if strict:
-        raise InvalidInput("the players of this explanation are neither pixels nor patches")
+        raise InvalidInput(
+            "the players of this explanation are neither pixels, patches nor superpixels"
+        )
     return None
+
+
+def _patch_grid(v: View, h: int, w: int) -> np.ndarray | None:
+    """Players patch_<row>_<col>: each value over its patch (parameters.patch_size; without
+    it, the patch size that the grid of names covers the image with)."""
+    matches = [PATCH.match(name) for name in v.names]
+    if not matches or not all(matches):
+        return None
+    cells = [(int(m.group(1)), int(m.group(2))) for m in matches if m is not None]
+    size = v.parameters.get("patch_size")
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        sr = sc = size
+    else:
+        sr = -(-h // (max(r for r, _ in cells) + 1))
+        sc = -(-w // (max(c for _, c in cells) + 1))
+    grid = np.zeros((h, w))
+    for (r, c), value in zip(cells, v.values, strict=True):
+        grid[r * sr : (r + 1) * sr, c * sc : (c + 1) * sc] = value
+    return grid
+
+
+def segment_labels(v: View, h: int, w: int) -> np.ndarray | None:
+    """The player of each pixel [H, W] from details.segments ({"shape": [H, W], "rle": [player,
+    count, player, count, ...]}, run-length encoded in row-major order), or None without it."""
+    seg = (v.explanation.details or {}).get("segments")
+    if seg is None:
+        return None
+    rle = seg.get("rle") if isinstance(seg, dict) else None
+    shape = seg.get("shape") if isinstance(seg, dict) else None
+    if (
+        shape != [h, w]
+        or not isinstance(rle, list)
+        or len(rle) % 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in rle)
+    ):
+        raise InvalidInput(
+            f"details.segments must be {{shape: [{h}, {w}], rle: [player, count, ...]}} with "
+            "non-negative integers"
+        )
+    players, counts = np.asarray(rle[0::2], dtype=np.int64), np.asarray(rle[1::2], dtype=np.int64)
+    if int(counts.sum()) != h * w or (len(players) and int(players.max()) >= len(v.values)):
+        raise InvalidInput(
+            f"details.segments must cover the {h}×{w} pixels with players in "
+            f"[0, {len(v.values)})"
+        )
+    return np.repeat(players, counts).reshape(h, w)
 
 
 def interaction_matrix(v: View) -> np.ndarray:
@@ -234,11 +331,17 @@ def vega_lite(
     index: int,
     max_features: int,
     classes: Classes = None,
+    channels: str = "sum",
+    value_range: Range = None,
 ) -> dict[str, Any]:
     """A Vega-Lite v6 specification with the data inline; `classes`: the top class
-    probabilities of an image, shown under the original."""
+    probabilities of an image, shown under the original; `channels` and `value_range` as for
+    image_maps and colour_of."""
     v = view(body, index)
     kind = auto_kind(v) if kind == "auto" else kind
+    if kind == "heatmap":
+        return {"$schema": VEGA_LITE_SCHEMA, "title": title(v),
+                **_vega_heatmap(v, classes, channels, value_range)}  # fmt: skip
     sign = {
         "field": "sign",
         "type": "nominal",
@@ -291,35 +394,21 @@ def vega_lite(
                                  "tooltip": [{"field": "label"}]},
                 })  # fmt: skip
         spec.update(data={"values": rows}, layer=layers)
-    elif kind in ("heatmap", "interactions"):
-        grid = image_map(v) if kind == "heatmap" else interaction_matrix(v)
-        assert grid is not None  # image_map(strict=True) raises instead
-        image = image_of(v) if kind == "heatmap" else None
-
-        def label(i: int) -> int | str:
-            return i if image is not None else v.names[i]
-
+    elif kind == "interactions":
+        grid = interaction_matrix(v)
         rows = [
-            {
-                "row": label(r),
-                "col": label(c),
-                "value": float(grid[r, c]),
-                **({"pixel": float(image[r, c])} if image is not None else {}),
-            }
+            {"row": v.names[r], "col": v.names[c], "value": float(grid[r, c])}
             for r in range(grid.shape[0])
             for c in range(grid.shape[1])
         ]
         limit = float(np.abs(grid).max()) or 1.0
-        cell: dict[str, dict[str, Any]] = {
-            "x": {"field": "col", "type": "ordinal", "sort": None, "axis": None},
-            "y": {"field": "row", "type": "ordinal", "sort": None, "axis": None},
-        }
-        if image is None:
-            cell["x"]["axis"] = cell["y"]["axis"] = {"title": None}
-        heat = {
-            "mark": {"type": "rect", "opacity": 0.85 if image is not None else 1.0},
-            "encoding": {
-                **cell,
+        axis = {"title": None}
+        spec.update(
+            data={"values": rows},
+            mark={"type": "rect"},
+            encoding={
+                "x": {"field": "col", "type": "ordinal", "sort": None, "axis": axis},
+                "y": {"field": "row", "type": "ordinal", "sort": None, "axis": axis},
                 "color": {
                     "field": "value",
                     "type": "quantitative",
@@ -328,21 +417,7 @@ def vega_lite(
                 },
                 "tooltip": [{"field": "value", "type": "quantitative"}],
             },
-        }
-        if image is None:
-            spec.update(data={"values": rows}, **heat)
-        else:
-            grey = {"field": "pixel", "type": "quantitative", "scale": {"scheme": "greys"},
-                    "legend": None}  # fmt: skip
-            faint = {"mark": {"type": "rect", "opacity": 0.25}, "encoding": {**cell, "color": grey}}
-            original = {"title": "input", "mark": "rect", "encoding": {**cell, "color": grey}}
-            if classes:
-                original["title"] = {"text": "input", "subtitle": top_classes_text(classes)}
-            spec.update(
-                data={"values": rows},
-                hconcat=[original, {"title": "attributions", "layer": [faint, heat]}],
-                resolve={"scale": {"color": "independent"}},
-            )
+        )
     elif kind == "text":
         rows = [
             {"order": i, "word": n, "value": float(x), "sign": "+" if x >= 0 else "-"}
@@ -361,6 +436,98 @@ def vega_lite(
     else:
         raise InvalidInput(f"unknown plot kind {kind!r}")
     return spec
+
+
+VEGA_SIDE = 64  # larger images are drawn in blocks (their means): at most 64×64 cells
+
+
+def _blocks(a: np.ndarray, f: int) -> np.ndarray:
+    """Means over f×f blocks of [H, W, ...] (the last blocks may be smaller)."""
+    if f == 1:
+        return a
+    h, w = a.shape[:2]
+    return np.array(
+        [
+            [a[r : r + f, c : c + f].mean(axis=(0, 1)) for c in range(0, w, f)]
+            for r in range(0, h, f)
+        ]
+    )
+
+
+def _vega_heatmap(v: View, classes: Classes, channels: str, value_range: Range) -> dict[str, Any]:
+    """The input (in colour for RGB) beside the attributions over a faint copy of it: one panel
+    per map (channels=each: r, g, b); superpixel boundaries marked."""
+    maps = image_maps(v, channels)
+    grey = image_of(v)
+    assert maps is not None and grey is not None  # image_maps(strict=True) raises instead
+    h, w = grey.shape
+    colour = colour_of(v, value_range)
+    labels = segment_labels(v, h, w)
+    f = -(-max(h, w) // VEGA_SIDE)
+    grey_b = _blocks(grey, f)
+    colour_b = None if colour is None else _blocks(colour, f)
+    edges = None
+    if labels is not None:
+        from skimage.segmentation import find_boundaries
+
+        edges = _blocks(find_boundaries(labels, mode="inner").astype(float), f) > 0
+    fields = ["value"] if len(maps) == 1 else [f"value_{name}" for name, _ in maps]
+    blocks = [_blocks(grid, f) for _, grid in maps]
+    rows = []
+    for r in range(grey_b.shape[0]):
+        for c in range(grey_b.shape[1]):
+            row: dict[str, Any] = {"row": r * f, "col": c * f, "pixel": float(grey_b[r, c])}
+            row.update({k: float(b[r, c]) for k, b in zip(fields, blocks, strict=True)})
+            if colour_b is not None:
+                rgb = np.round(255 * colour_b[r, c]).astype(int)
+                row["rgb"] = "#{:02x}{:02x}{:02x}".format(*rgb)
+            if edges is not None:
+                row["edge"] = bool(edges[r, c])
+            rows.append(row)
+    limit = max(float(np.abs(b).max()) for b in blocks) or 1.0
+    cell: dict[str, Any] = {
+        "x": {"field": "col", "type": "ordinal", "sort": None, "axis": None},
+        "y": {"field": "row", "type": "ordinal", "sort": None, "axis": None},
+    }
+    if colour_b is not None:
+        shade: dict[str, Any] = {"field": "rgb", "type": "nominal", "scale": None, "legend": None}
+    else:
+        shade = {"field": "pixel", "type": "quantitative", "scale": {"scheme": "greys"},
+                 "legend": None}  # fmt: skip
+    faint = {"mark": {"type": "rect", "opacity": 0.5 if colour_b is not None else 0.25},
+             "encoding": {**cell, "color": shade}}  # fmt: skip
+    layers: list[dict[str, Any]] = [{"mark": "rect", "encoding": {**cell, "color": shade}}]
+    original: dict[str, Any] = {"title": "input", "layer": layers}
+    if classes:
+        original["title"] = {"text": "input", "subtitle": top_classes_text(classes)}
+    boundary = {"transform": [{"filter": "datum.edge"}],
+                "mark": {"type": "rect", "color": "#ffd600", "opacity": 0.8},
+                "encoding": cell}  # fmt: skip
+    panels: list[dict[str, Any]] = []
+    for (name, _), field in zip(maps, fields, strict=True):
+        heat = {
+            "mark": {"type": "rect", "opacity": 0.85},
+            "encoding": {
+                **cell,
+                "color": {
+                    "field": field,
+                    "type": "quantitative",
+                    "scale": {"scheme": "redblue", "reverse": True, "domain": [-limit, limit]},
+                    "title": "attribution",
+                },
+                "tooltip": [{"field": field, "type": "quantitative", "title": "attribution"}],
+            },
+        }
+        caption = "attributions" if name == "sum" else f"attributions ({name} channel)"
+        panels.append({"title": caption, "layer": [faint, heat]})
+    if edges is not None:
+        for layered in (layers, *(panel["layer"] for panel in panels)):
+            layered.append(boundary)
+    return {
+        "data": {"values": rows},
+        "hconcat": [original, *panels],
+        "resolve": {"scale": {"color": "independent"}},
+    }
 
 
 def top_classes_text(classes: list[tuple[str, float]]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import numpy as np
@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from app import plot_images, plot_shap, plots
 from app.errors import ERROR_RESPONSES
 from app.routes import explain_route, off_loop, service
-from app.schemas import ExplainResponse, request_model
+from app.schemas import ExplainRequestBase, ExplainResponse, request_model
 from app.service import ExplainService
 from explainers.registry import EXPLAINERS, ExplainerSpec
 
@@ -68,6 +68,7 @@ class PlotQuery:
     kind: str
     index: int
     max_features: int
+    channels: str = "sum"
 
 
 FORMAT = Query("png", description="png or svg (matplotlib), vega-lite, or shap")
@@ -78,6 +79,25 @@ KIND = Query(
 )
 INDEX = Query(0, ge=0, description="which explanation of the response")
 MAX_FEATURES = Query(20, ge=1, le=1000, description="bars shown; the rest are summed in one")
+CHANNELS = Query(
+    "sum",
+    description="pixel attributions of an RGB image (gradient explainers, 3×H×W values): sum "
+    "over the channels, one channel (r, g, b), or each channel in its own panel",
+)
+
+
+def image_facts(
+    svc: ExplainService, answer: ExplainResponse, index: int
+) -> tuple[plots.Classes, plots.Range]:
+    """The top classes and the model's input_range (the scale of an RGB image's colours)."""
+    value_range: plots.Range = None
+    try:
+        model = svc.model(answer.model_name)
+        if model.version == answer.model_version and model.input_range is not None:
+            value_range = (float(model.input_range[0]), float(model.input_range[1]))
+    except Exception:  # no such model here: colours from the image's own values
+        pass
+    return top_classes(svc, answer, index), value_range
 
 
 def top_classes(svc: ExplainService, answer: ExplainResponse, index: int) -> plots.Classes:
@@ -106,15 +126,21 @@ async def render(body: ExplainResponse, q: PlotQuery, request: Request | None = 
     """Matplotlib runs in a worker thread: it is CPU work and must not block the loop."""
     if q.format == "shap":
         return JSONResponse(plot_shap.shap_arguments(body))
-    classes = None
+    classes, value_range = None, None
     if request is not None and q.kind in ("auto", "heatmap"):
-        classes = await off_loop(request, top_classes, service(request), body, q.index)
+        classes, value_range = await off_loop(
+            request, image_facts, service(request), body, q.index
+        )
     if q.format == "vega-lite":
-        spec = plots.vega_lite(body, q.kind, q.index, q.max_features, classes)
+        spec = await anyio.to_thread.run_sync(
+            plots.vega_lite,
+            body, q.kind, q.index, q.max_features, classes, q.channels, value_range,
+        )  # fmt: skip
         return JSONResponse(spec, media_type="application/json")
     image = await anyio.to_thread.run_sync(
-        plot_images.image_bytes, body, q.format, q.kind, q.index, q.max_features, classes
-    )
+        plot_images.image_bytes,
+        body, q.format, q.kind, q.index, q.max_features, classes, q.channels, value_range,
+    )  # fmt: skip
     return Response(image, media_type=MEDIA[q.format])
 
 
@@ -126,9 +152,11 @@ async def plot_response(
     kind: plots.Kind = KIND,
     index: int = INDEX,
     max_features: int = MAX_FEATURES,
+    channels: plots.Channels = CHANNELS,
 ) -> Response:
-    """Render an explain response (the JSON an explain route returned) as a plot."""
-    q = PlotQuery(format, kind, index, max_features)
+    """Render an explain response (the JSON an explain route returned) as a plot: an image
+    answer needs its instance (data; explain with return_inputs: true for large images)."""
+    q = PlotQuery(format, kind, index, max_features, channels)
     return await render(body, q, request)
 
 
@@ -145,11 +173,14 @@ def plot_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
         kind: plots.Kind = KIND,
         index: int = INDEX,
         max_features: int = MAX_FEATURES,
+        channels: plots.Channels = CHANNELS,
     ) -> Response:
         # the plot draws the instance: ask for it however large (ECHO_LIMIT)
-        answer = await explain(request, model, body.model_copy(update={"return_inputs": True}))
+        asked = cast(ExplainRequestBase, body).model_copy(update={"return_inputs": True})
+        answer = await explain(request, model, asked)
         typed = ExplainResponse.model_validate_json(bytes(answer.body))
-        result = await render(typed, PlotQuery(format, kind, index, max_features), request)
+        q = PlotQuery(format, kind, index, max_features, channels)
+        result = await render(typed, q, request)
         result.headers["X-Cache"] = answer.headers.get("X-Cache", "")
         return result
 

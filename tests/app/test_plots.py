@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -357,3 +358,184 @@ def test_numbers_people_read(x: float, text: str) -> None:
     from app.plots import num
 
     assert num(x) == text
+
+
+# ----------------------------------------------------------------------------- RGB images
+
+
+@pytest.fixture(scope="module")
+def rgb_client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """A server where a 3×16×16 RGB CNN is registered over HTTP (tests/image_models.py)."""
+    from app.main import create_app
+    from app.settings import Settings
+    from models.registry import ModelRegistry
+    from tests import image_models as im
+
+    tmp = tmp_path_factory.mktemp("rgb-plots")
+    settings = Settings(
+        model_dir=model_dir,
+        user_model_dir=tmp / "user",
+        redis_url=None,
+        database_url=f"sqlite:///{tmp / 'jobs.db'}",
+        load_models_on_start=False,
+    )
+    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
+        r = c.post("/v2/repository/models", data=im.image_form("rgb-16", 3, 16),
+                   files={"file": ("rgb.pt", im.torchscript_bytes(im.rgb_cnn(3, 16)))})  # fmt: skip
+        assert r.status_code == 201, r.text
+        yield c
+
+
+RED, GREEN = (0.9, 0.1, 0.1), (0.1, 0.8, 0.1)
+
+
+def plain(rgb: tuple[float, float, float], size: int = 16) -> list[Any]:
+    """A 3×size×size image of one colour, channels first."""
+    return [[[v] * size for _ in range(size)] for v in rgb]
+
+
+def answer(
+    data: Any, names: list[str], values: list[float], parameters: dict[str, Any],
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """An explain answer with these values (what the plot routes take)."""
+    e = {"output_index": 0, "output_name": "class_0", "data": data, "values": values,
+         "base_value": 0.0, "instance_output_value": float(sum(values)),
+         "approximation_error": 0.0, "details": details, "warnings": [], "exact": True,
+         "estimator": "exact", "n_model_evals": 1}  # fmt: skip
+    meta = {"explainer": "shapley", "explainer_version": "1", "seed": 0, "budget": 1,
+            "n_model_evals": 1, "n_instances": 1, "exact": True, "additive": True,
+            "compute_ms": 1.0, "cache": "miss", "parameters": parameters}  # fmt: skip
+    data = {"feature_names": names, "output_names": ["class_0"], "explanations": [e]}
+    return {"model_name": "none", "model_version": "0", "id": "", "meta": meta, "data": data}
+
+
+def rendered(client: TestClient, body: dict[str, Any], query: str = "") -> tuple[np.ndarray, Any]:
+    """The route's PNG as RGB [rows, cols, 3] in [0, 1], and the same figure built here (to map
+    image pixels to PNG pixels through its axes)."""
+    from app import plot_images
+    from app.schemas import ExplainResponse
+
+    r = client.post(f"/v2/plots?format=png{query}", json=body)
+    assert r.status_code == 200, r.text
+    png = np.asarray(Image.open(io.BytesIO(r.content)).convert("RGB"), dtype=float) / 255
+    channels = dict(p.split("=") for p in query.strip("&").split("&") if p).get("channels", "sum")
+    fig = plot_images.figure(ExplainResponse.model_validate(body), "auto", 0, 20, None, channels)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # the layout savefig uses (aspect applied), at dpi 100
+    assert png.shape[:2] == (int(fig.bbox.height), int(fig.bbox.width))
+    return png, fig
+
+
+def at(png: np.ndarray, fig: Any, panel: int, r: float, c: float) -> np.ndarray:
+    """The PNG's colour at image pixel (r, c) of an image panel (0: the input); imshow puts
+    pixel centres on integer data coordinates."""
+    x, y = fig.axes[panel].transData.transform((c, r))
+    return png[round(png.shape[0] - y), round(x)]
+
+
+def test_rgb_patches_in_colour_with_the_hottest_patch_where_the_values_say(
+    rgb_client: TestClient,
+) -> None:
+    names = [f"patch_{r}_{c}" for r in range(4) for c in range(4)]
+    values = [0.0] * 16
+    values[names.index("patch_1_2")] = 1.0  # rows 4-7, columns 8-11
+    values[names.index("patch_3_0")] = -0.6
+    body = answer(plain(RED), names, values, {"patch_size": 4})
+    png, fig = rendered(rgb_client, body)
+    for r, c in ((0, 0), (10, 14), (15, 7)):  # the input: red everywhere
+        red, green, blue = at(png, fig, 0, r, c)
+        assert red > 0.8 and green < 0.2 and blue < 0.2
+    for r, c in ((0, 0), (10, 14)):  # attributions ~0: the paler input, still red
+        red, green, blue = at(png, fig, 1, r, c)
+        assert red > 0.9 and red - green > 0.25 and abs(green - blue) < 0.05
+    hot, cold, calm = at(png, fig, 1, 5, 9), at(png, fig, 1, 13, 1), at(png, fig, 1, 1, 1)
+    assert np.abs(hot - calm).sum() > 0.4 and hot[1] < calm[1] - 0.3  # deep red, not pale
+    assert cold[2] > cold[0] and cold[2] > 0.5  # blue lowers
+    strongest = max(((r, c) for r in range(16) for c in range(16)),
+                    key=lambda p: 1 - at(png, fig, 1, *p)[1])  # fmt: skip
+    assert (strongest[0] // 4, strongest[1] // 4) == (1, 2)
+    spec = rgb_client.post("/v2/plots?format=vega-lite", json=body).json()
+    vega_lite_validator().validate(spec)
+    cells = {(row["row"], row["col"]): row for row in spec["data"]["values"]}
+    assert cells[(0, 0)]["rgb"] == "#e61a1a" and cells[(5, 9)]["value"] == 1.0
+
+
+def test_superpixels_painted_per_segment_with_their_boundaries(rgb_client: TestClient) -> None:
+    from app.plots import segment_labels, view
+    from app.schemas import ExplainResponse
+
+    labels = np.zeros((16, 16), dtype=int)  # quadrants: 0 1 / 2 3
+    labels[:, 8:] += 1
+    labels[8:, :] += 2
+    flat = labels.ravel()
+    cuts = np.flatnonzero(np.diff(flat)) + 1
+    starts = np.concatenate([[0], cuts])
+    lengths = np.diff(np.concatenate([starts, [flat.size]]))
+    rle = [int(x) for pair in zip(flat[starts], lengths, strict=True) for x in pair]
+    details = {"segments": {"shape": [16, 16], "rle": rle}}
+    body = answer(plain(GREEN), [f"superpixel_{k}" for k in range(4)], [1.0, 0.0, -1.0, 0.0],
+                  {}, details)  # fmt: skip
+    v = view(ExplainResponse.model_validate(body), 0)
+    np.testing.assert_array_equal(segment_labels(v, 16, 16), labels)
+    png, fig = rendered(rgb_client, body)
+    top_left, top_right = at(png, fig, 1, 3, 3), at(png, fig, 1, 3, 12)
+    bottom_left = at(png, fig, 1, 12, 3)
+    assert top_left[0] > top_left[1] + 0.3  # +1: red
+    assert bottom_left[2] > bottom_left[1] + 0.2  # -1: blue
+    assert top_right[1] > top_right[0] + 0.2 and top_right[1] > top_right[2] + 0.2  # 0: green
+    for panel in (0, 1):  # the boundary pixels beside the cut at column 8, in yellow
+        edge = at(png, fig, panel, 12, 7)
+        assert edge[0] > 0.8 and edge[1] > 0.7 and edge[2] < 0.3, edge
+    spec = rgb_client.post("/v2/plots?format=vega-lite", json=body).json()
+    vega_lite_validator().validate(spec)
+    cells = {(row["row"], row["col"]): row for row in spec["data"]["values"]}
+    assert cells[(3, 3)]["value"] == 1.0 and cells[(12, 3)]["value"] == -1.0
+    assert cells[(12, 7)]["edge"] and not cells[(3, 3)]["edge"]
+    bad = {**details, "segments": {"shape": [16, 16], "rle": [0, 255]}}  # one pixel short
+    body["data"]["explanations"][0]["details"] = bad
+    r = rgb_client.post("/v2/plots?format=png", json=body)
+    assert r.status_code == 400 and "segments" in r.json()["error"]
+
+
+def test_pixel_attributions_per_channel_or_summed(rgb_client: TestClient) -> None:
+    from tests import image_models as im
+
+    x = im.images(1, 3, 16, seed=3)[0]
+    body = {"inputs": [x.tolist()], "budget": 64}
+    out = rgb_client.post("/v2/models/rgb-16/explain/integrated-gradients", json=body)
+    assert out.status_code == 200, out.text
+    answer_ = out.json()
+    planes = np.asarray(answer_["data"]["explanations"][0]["values"]).reshape(3, 16, 16)
+    summed = rgb_client.post("/v2/plots?format=vega-lite", json=answer_).json()
+    each = rgb_client.post("/v2/plots?format=vega-lite&channels=each", json=answer_).json()
+    green = rgb_client.post("/v2/plots?format=vega-lite&channels=g", json=answer_).json()
+    for spec in (summed, each, green):
+        vega_lite_validator().validate(spec)
+    assert len(summed["hconcat"]) == 2 and len(each["hconcat"]) == 4
+    assert [p["title"] for p in each["hconcat"][1:]] == [
+        f"attributions ({c} channel)" for c in "rgb"
+    ]
+    for r, c in ((0, 0), (7, 11), (15, 3)):
+        cell = summed["data"]["values"][16 * r + c]
+        assert (cell["row"], cell["col"]) == (r, c)
+        assert cell["value"] == pytest.approx(planes[:, r, c].sum())
+        cell = each["data"]["values"][16 * r + c]
+        assert [cell[f"value_{k}"] for k in "rgb"] == pytest.approx(planes[:, r, c].tolist())
+        assert green["data"]["values"][16 * r + c]["value"] == pytest.approx(planes[1, r, c])
+        want = "#{:02x}{:02x}{:02x}".format(*np.round(255 * x[:, r, c]).astype(int))
+        assert cell["rgb"] == want  # the input's colour, on the model's input_range [0, 1]
+    png, fig = rendered(rgb_client, answer_, "&channels=each")
+    assert len([ax for ax in fig.axes if ax.images]) == 4  # the input and three channels
+    red, green_, blue = at(png, fig, 0, 8, 8)
+    np.testing.assert_allclose([red, green_, blue], x[:, 8, 8], atol=0.02)  # in colour
+    shapley = rgb_client.post("/v2/models/rgb-16/explain/shapley",
+                              json={**body, "parameters": {"patch_size": 8}}).json()  # fmt: skip
+    refused = rgb_client.post("/v2/plots?format=png&channels=r", json=shapley)
+    assert refused.status_code == 400 and "channels=sum" in refused.json()["error"]
+    refused = rgb_client.post("/v2/models/rgb-16/explain/shapley/plot?format=png&channels=b",
+                              json={**body, "parameters": {"patch_size": 8}})  # fmt: skip
+    assert refused.status_code == 400
+    refused = rgb_client.post("/v2/plots?format=png&channels=x", json=shapley)
+    assert refused.status_code == 422
