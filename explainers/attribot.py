@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from explainers.estimators import loo, surrogate
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import BudgetError, GameRecorder
+from explainers.games.deadlines import check_deadline
 from explainers.games.spans import PLACEHOLDER, Prompting, SpanGame, SpanMaskGame
 from explainers.options import ExplainerOptions
 from explainers.sentences import build_tree
@@ -169,6 +170,7 @@ def attribute(
     n = len(units)
     o = _budgeted(o, n, budget)
     scorer = model(o.proxy_model)
+    check_deadline()  # after generating the response
     if o.method == "contextcite":
         values, full, extra = _contextcite(SpanGame(lm, shared), units, o, seed)
         scored_by = ["contextcite"] * n
@@ -287,6 +289,7 @@ def _loo(
         extra["kept_paragraphs"] = sorted(step.kept)
         seconds["paragraph_loo"] = time.perf_counter() - t0
     if o.prune:
+        check_deadline()  # between the phases: each is one batched pass of a language model
         t1 = time.perf_counter()
         pruner = SpanGame(model(o.pruning_model), shared)
         pruned = loo.by_proxy(pruner, units, candidates, o.keep_sentences, base)
@@ -295,6 +298,7 @@ def _loo(
         )
         candidates, base = pruned.candidates, pruned.base
         seconds["proxy_prune"] = time.perf_counter() - t1
+    check_deadline()
     t2 = time.perf_counter()
     scores, full = loo.leave_one_out(game, [units[j] for j in candidates], base)
     values = np.zeros(n)

@@ -22,6 +22,7 @@ from explainers.autognothi_net import SideNet, empty_texts, encode, runner, word
 from explainers.autognothi_train import AutoGnothiTrainOptions, Trained, data_digest, train
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.games.deadlines import check_deadline
 from explainers.games.text import text_games, word_spans
 from explainers.options import ExplainerOptions
 from explainers.progress import Progress
@@ -150,6 +151,7 @@ def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized
     empties = empty_texts(model, texts)
     missing = [t for t in dict.fromkeys(empties) if (model.version, t) not in trained.empty]
     if missing:
+        check_deadline()
         probs = np.asarray(model.predict_texts(missing), dtype=np.float32)
         if len(trained.empty) > EMPTY_CACHE:
             trained.empty.clear()
@@ -158,6 +160,7 @@ def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized
     values: list[np.ndarray] = []
     full = []
     for start in range(0, len(texts), CHUNK):  # bounds the hidden states kept: [b, 7, t, 384]
+        check_deadline()  # between encoder passes: a client gone or a deadline passed stops
         enc = encode(model, texts[start : start + CHUNK])
         with torch.inference_mode():
             phi = word_values(trained.net, enc, enc.probs, empty[start : start + CHUNK]).numpy()

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from explainers.explanation import OptionError
+from explainers.games.deadlines import check_deadline
 from explainers.maskers import patch_groups
 from explainers.salvage import efficiency_projection, masked
 from explainers.salvage_masks import sample_masks
@@ -119,6 +120,7 @@ def train(
         rows = 0
         for _ in range(opts.epochs):
             for idx in torch.randperm(len(x_all), generator=gen).split(opts.batch_size):
+                check_deadline()  # between training steps (each calls the classifier)
                 masks = sample_masks("kernel", n, len(idx), opts.pairs, gen)  # [b, 2p, n]
                 with torch.no_grad():
                     target = module(masked(x_all[idx], masks, groups)).reshape(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from explainers import autognothi_corpus as corpus
 from explainers.autognothi_net import Encoded, SideNet, empty_texts, encode, runner, word_values
 from explainers.explanation import OptionError
+from explainers.games.deadlines import check_deadline
 from explainers.games.text import text_games
 from explainers.mobius import mobius_transform, shapley_from_mobius
 from explainers.progress import Progress, Recorder
@@ -102,6 +103,7 @@ def targets(
         rows += [game.text, game.compose(np.zeros(game.n_players, dtype=bool))]
     unique = list(dict.fromkeys(rows))
     where = {t: i for i, t in enumerate(unique)}
+    check_deadline()
     probs = torch.from_numpy(np.asarray(model.predict_texts(unique), dtype=np.float32))
     values = probs[[where[t] for t in rows]].reshape(len(texts), 2 * pairs + 2, -1)
     full, empty = values[:, -2], values[:, -1]
@@ -142,7 +144,10 @@ def _take(enc: Encoded, t: Targets, idx: torch.Tensor) -> tuple[Encoded, Targets
 
 def encode_all(model: TextModel, texts: list[str]) -> Encoded:
     """The frozen encoder's pass over every text, in batches, padded to a common shape."""
-    parts = [encode(model, texts[s : s + ENCODE_BATCH]) for s in range(0, len(texts), ENCODE_BATCH)]
+    parts = []
+    for s in range(0, len(texts), ENCODE_BATCH):
+        check_deadline()  # a cancelled training job stops between encoder passes
+        parts.append(encode(model, texts[s : s + ENCODE_BATCH]))
     width = max(p.hidden.shape[2] for p in parts)
     n_words = max(p.words.shape[1] for p in parts)
     return _cat(parts, width, n_words)
@@ -157,6 +162,7 @@ def exact_shapley(model: TextModel, texts: list[str]) -> list[np.ndarray]:
     """Exact word Shapley values [n, C] of each text: `shapley`'s game, every coalition."""
     out = []
     for game in text_games(model, texts):
+        check_deadline()
         n = game.n_players
         masks = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(bool)  # bit order
         out.append(shapley_from_mobius(mobius_transform(game(masks))))  # as estimators/exact
@@ -212,6 +218,7 @@ def train(
             net.train()
             losses = []
             for idx in torch.randperm(len(texts), generator=gen).split(opts.batch_size):
+                check_deadline()  # between training steps
                 sub, t = _take(enc, tg, idx)
                 phi = word_values(net, sub, t.full, t.empty)
                 loss = fastshap_loss(phi, t, sub.word_mask)

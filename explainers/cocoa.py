@@ -31,6 +31,7 @@ from explainers.estimators.registry import (
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
 from explainers.games.absence import Absence, references
+from explainers.games.deadlines import check_deadline
 from explainers.games.masked import MaskedModelGame, patch_groups
 from explainers.games.targets import Similarity as Target
 from explainers.games.targets import unit as _unit
@@ -139,7 +140,10 @@ def _has_bool(item: Any) -> bool:
 def _embed(model: Model, rows: np.ndarray) -> np.ndarray:
     """Embeddings, batched. float64 [m, d]"""
     step = max(1, model.batch_size)
-    parts = [model.predict(rows[s : s + step]) for s in range(0, len(rows), step)]
+    parts = []
+    for s in range(0, len(rows), step):
+        check_deadline()  # a corpus of many rows: cancel and deadline seen between batches
+        parts.append(model.predict(rows[s : s + step]))
     return np.concatenate(parts).astype(np.float64)
 
 
@@ -268,6 +272,7 @@ def explain(
     explanations = []
     names: tuple[str, ...] = ()
     for x in inputs:
+        check_deadline()
         e_x = _embed(model, np.asarray(x)[None])  # [1, d]
         if options.objective == "contrastive":
             tgt = contrast

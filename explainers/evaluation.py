@@ -19,6 +19,7 @@ from pydantic import Field
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
 from explainers.games import Game, rows_per_coalition
 from explainers.games.absence import Absence, Kind, references
+from explainers.games.deadlines import check_deadline
 from explainers.games.masked import MaskedModelGame, patch_groups
 from explainers.games.text import TextGame
 from explainers.options import ExplainerOptions
@@ -112,6 +113,7 @@ def faithfulness(
             row[rng.choice(n, size, replace=False)] = True
         blocks["mufidelity"] = ~subsets
     masks = np.concatenate(list(blocks.values()))
+    check_deadline()  # the game is called directly (no recorder): cancel and deadline here
     out = np.asarray(game(masks), dtype=np.float64)
     out = out[:, output] if out.ndim == 2 else out
     figures: dict[str, Any] = {}
@@ -233,6 +235,7 @@ def evaluate(
             std = bg.astype(np.float64).std(axis=0)
             scale = np.where(std > 0, std, 1.0)
     for x, e in zip(inputs, explanations, strict=True):
+        check_deadline()
         values = np.asarray(e.values, dtype=np.float64)
         game: Game
         if isinstance(model, TextModel):

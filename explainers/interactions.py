@@ -21,6 +21,7 @@ from explainers.estimators import exact as exact_estimator
 from explainers.estimators.base import Estimate
 from explainers.estimators.gp_interactions import fits as gp_fits
 from explainers.estimators.gp_interactions import gp_interactions
+from explainers.estimators.rounds import Slicer
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 from explainers.mobius import mobius_transform, popcounts
@@ -234,9 +235,11 @@ def interaction_values(
         est = _estimate(means, n_players, index, k, edge, recorder, "gp", column)
         return replace(est, error_std=np.array([stds[(i,)] for i in range(n_players)]))
 
+    sliced = Slicer(recorder, distinct=False)  # shapiq may ask for its whole budget at once
+
     def scalar(masks: np.ndarray) -> np.ndarray:
         masks = np.atleast_2d(np.asarray(masks, dtype=bool))
-        return recorder(masks)[:, column]
+        return sliced(masks)[:, column]
 
     approximator = make(n_players, k, seed)
     nominal = coalitions

@@ -16,6 +16,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from explainers.games.deadlines import check_deadline
 from models.base import module_device
 
 EPS = 1e-16  # the paper's clip, for modules whose logits we cannot take (float64)
@@ -134,6 +135,7 @@ def learn_baseline(
         p.requires_grad_(False)
     try:
         for _ in range(iterations):
+            check_deadline()  # a cancelled learn-baseline job stops between steps
             optimiser.zero_grad()
             loss = objective(mean + std * z, generator=gen)
             loss.backward()

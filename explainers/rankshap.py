@@ -32,12 +32,14 @@ from explainers.estimators.registry import (
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
+from explainers.games.deadlines import check_deadline
 from explainers.options import ExplainerOptions
 from models.base import Model, RankerModel
 
 VERSION = "2"  # 2: players="query" no longer echoes max_players (it does not apply)
 TERM = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's and bm25s's token pattern, lowercased
 MAX_DOCUMENTS = 100
+GAME_CHUNK = 64  # coalitions per ranker call: a cancel or a passed deadline is seen between
 
 
 class RankShapFields(BaseModel):
@@ -215,12 +217,18 @@ class RankingGame:
         return self.query, [p.render(present, self.mask_token) for p in self.doc_pieces]
 
     def __call__(self, masks: np.ndarray) -> np.ndarray:
-        """bool [m, n] -> NDCG@k [m]"""
-        pairs = [self.masked(row) for row in masks]
-        scores = np.asarray(
-            self.model.score_lists([q for q, _ in pairs], [d for _, d in pairs]), dtype=np.float64
-        )
-        return np.array([ndcg(s, self.gains, self.k, self.ideal) for s in scores])
+        """bool [m, n] -> NDCG@k [m], scored GAME_CHUNK coalitions per ranker call: a
+        cancel or a passed deadline is seen between them."""
+        values: list[float] = []
+        for start in range(0, len(masks), GAME_CHUNK):
+            check_deadline()
+            pairs = [self.masked(row) for row in masks[start : start + GAME_CHUNK]]
+            scores = np.asarray(
+                self.model.score_lists([q for q, _ in pairs], [d for _, d in pairs]),
+                dtype=np.float64,
+            )
+            values += [ndcg(s, self.gains, self.k, self.ideal) for s in scores]
+        return np.array(values, dtype=np.float64)
 
     def term_counts(self) -> np.ndarray:
         """How often each player occurs in each document. [K, n]"""

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from explainers.explanation import OptionError
+from explainers.games.deadlines import check_deadline
 from explainers.maskers import patch_groups
 from explainers.progress import Progress, Recorder
 from explainers.salvage_masks import sample_masks, uniform_size_masks
@@ -275,6 +276,7 @@ def train(
         for epoch in range(0 if given else opts.surrogate_epochs):
             losses = []
             for idx in torch.randperm(len(x_train), generator=gen).split(opts.batch_size):
+                check_deadline()  # a cancelled job (or a server shutting down) stops here
                 masks = uniform_size_masks(n, len(idx) * 2, gen).reshape(len(idx), 2, n).to(dev)
                 out = log_probs(surrogate, masked(x_train[idx], masks, groups))
                 target = f_train[idx].repeat_interleave(2, dim=0)
@@ -301,6 +303,7 @@ def train(
             explainer.train()
             losses = []
             for idx in torch.randperm(len(x_train), generator=gen).split(opts.batch_size):
+                check_deadline()
                 psi = contributions(explainer, x_train[idx], opts)
                 scores = psi.detach()[torch.arange(len(idx), device=dev), :, predicted[idx]]
                 masks = sample_masks(

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from explainers import salvage, salvage_inference
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.games.deadlines import check_deadline
 from explainers.maskers import patch_groups
 from explainers.options import ExplainerOptions
 from models.base import Model
@@ -346,6 +347,7 @@ def explain(
     if background is not None:
         raise OptionError("salvage takes no background: absent patches are zeroed")
     trained = SalvageStore.load_pinned(model, options.artifact, context)
+    check_deadline()  # loading may have taken a while; the pass itself is one model call
     out = salvage_inference.amortized(trained, inputs)
     if target is not None and not 0 <= target < model.n_outputs:
         raise OptionError(f"target out of range for {model.n_outputs} outputs")

@@ -34,6 +34,7 @@ from explainers.budget import default_budget
 from explainers.estimators import exact
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, GameRecorder
+from explainers.games.deadlines import check_deadline
 from explainers.maskers import MaskedModelGame, patch_groups
 from explainers.masking import MaskerOptions, masker_references
 from explainers.options import ExplainerOptions
@@ -128,7 +129,8 @@ def _array_instances(
         flat = np.asarray(x, dtype=model.input_dtype).reshape(-1)
         refs = np.asarray(references, dtype=model.input_dtype).reshape(len(references), -1)
 
-        def direct(mask: np.ndarray) -> np.ndarray:
+        def direct(mask: np.ndarray) -> np.ndarray:  # the verifying call, not through the game
+            check_deadline()
             rows = np.where(np.asarray(mask, bool)[groups], flat, refs)  # [r, d]
             return np.asarray(model.predict(rows.reshape(-1, *model.input_shape)), np.float64)
 
@@ -155,6 +157,7 @@ def _text_instances(
 
     def direct_for(game: text_game.TextGame) -> Callable[[np.ndarray], np.ndarray]:
         def direct(mask: np.ndarray) -> np.ndarray:
+            check_deadline()
             return np.asarray(model.predict_texts([game.compose(mask)]), np.float64)
 
         return direct

@@ -22,6 +22,7 @@ FIRST_ROUND = 8  # coalitions per player in the first round
 MIN_SAMPLES = 16  # permutations / coalition pairs before a target counts as reached
 PILOT_ROUNDS = 3  # race: rounds of each contender before the cheaper one goes on alone
 SLICE_S = 0.1  # under a deadline, model calls of about this long (the deadline is seen between)
+FIRST_SLICE = 256  # coalitions of the first call, before the rate is measured
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ def caps(n: int) -> Iterator[int]:
 
 
 class Slicer:
-    """Evaluates a round's coalitions; under a deadline in calls of about SLICE_S seconds, so
-    that the deadline is noticed soon after it passes, even inside a large round."""
+    """Evaluates a round's coalitions; under a deadline or a cancel check in calls of about
+    SLICE_S seconds, so that either is noticed soon, even inside a large round."""
 
     def __init__(self, recorder: GameRecorder, distinct: bool) -> None:
         self.call = recorder.evaluate_distinct if distinct else recorder
@@ -56,7 +57,7 @@ class Slicer:
             return self.call(masks)
         parts, start = [], 0
         while start < len(masks):
-            size = len(masks) if self.rate is None else max(1, int(SLICE_S / self.rate))
+            size = FIRST_SLICE if self.rate is None else max(1, int(SLICE_S / self.rate))
             t0 = time.monotonic()
             parts.append(self.call(masks[start : start + size]))
             took = max(time.monotonic() - t0, 1e-6)
