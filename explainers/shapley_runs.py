@@ -110,6 +110,7 @@ def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
         partial=est.partial,
         details=details,
         interactions=interactions,
+        warnings=est.warnings,
     )
 
 

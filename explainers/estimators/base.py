@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from explainers.explanation import Caveat
+
 # Which output a precision target watches: an index, a rule from v(all) [k] to an index, or None
 # for every output.
 OutputRule = int | Callable[[np.ndarray], int] | None
@@ -78,6 +80,7 @@ class Estimate:
     max_order: int = 1  # highest order in `interactions`
     interactions: Mapping[tuple[int, ...], float] | None = None  # player tuple -> term
     output: int | None = None  # the one output explained, when values are [n] of one output
+    warnings: tuple[Caveat, ...] = ()  # the estimator's own caveats (e.g. partition_truncated)
 
     @property
     def efficiency_gap(self) -> np.ndarray:

@@ -13,13 +13,13 @@ from typing import Literal, get_args
 import numpy as np
 
 from explainers.budget import default_budget
-from explainers.estimators import exact, gp, kernel, permutation, regression, rounds
+from explainers.estimators import exact, gp, kernel, partition, permutation, regression, rounds
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 
 # Names for options models (pydantic Literals): the estimators below, and the kernel's samplers.
-EstimatorName = Literal["exact", "permutation", "kernel", "regression", "gp"]
+EstimatorName = Literal["exact", "permutation", "kernel", "regression", "gp", "partition"]
 EstimatorChoice = Literal["auto", EstimatorName]
 SamplerName = Literal["kernel", "leverage"]
 
@@ -42,6 +42,12 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
     EstimatorSpec("regression", regression.regression, regression.min_coalitions),
     EstimatorSpec("gp", gp.gp, gp.min_coalitions),
+    # Owen values over game.hierarchy (not Shapley values: never chosen by auto)
+    EstimatorSpec(
+        "partition",
+        lambda rec, rng, _s, t: partition.partition(rec, rng, t),
+        partition.min_coalitions,
+    ),
 )
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
 GP_BELOW = 3  # auto: gp below this many coalitions per player (else kernel)
@@ -73,7 +79,8 @@ def choose_estimator(
     values) and its error can exceed the values; the GP posterior is well posed and costs
     milliseconds at that size (docs/benchmarks.md, issue 17). With a precision target, exact
     only when 2^n also fits the no-target default budget (2n + 2048 coalitions); else `kernel`
-    here and a race in `shapley_values`.
+    here and a race in `shapley_values`. `partition` (Owen values over the game's hierarchy,
+    not Shapley values) is never chosen by auto: it is asked for by name.
     """
     coalitions = budget // cost
     if estimator == "auto":
@@ -85,6 +92,10 @@ def choose_estimator(
         estimator = "exact" if fits or n_players == 1 else "gp" if use_gp else "kernel"
     if estimator not in _BY_NAME:
         raise OptionError(f"unknown estimator {estimator!r}; use auto or one of {list(_BY_NAME)}")
+    if estimator == "partition" and target:
+        raise OptionError(
+            "target_se applies to sampled estimators; partition is deterministic: send a budget"
+        )
     if estimator == "exact" and n_players > exact.MAX_PLAYERS:
         raise OptionError(f"exact is limited to {exact.MAX_PLAYERS} players, got {n_players}")
     need = 2 if n_players == 1 else _BY_NAME[estimator].min_coalitions(n_players)

@@ -32,6 +32,8 @@ class GameRecorder:
 
     `budget` is in model evaluations (rows given to the model); one coalition costs
     `rows_per_coalition(game)` of them. Values are returned as float64 [m, k].
+    `hierarchy`: the game's own grouping of its players (games/hierarchy.py), for Owen values;
+    None when the game has none.
     """
 
     def __init__(self, game: Game, n_players: int, budget: int | None = None) -> None:
@@ -39,6 +41,7 @@ class GameRecorder:
         self.n_players = n_players
         self.cost = rows_per_coalition(game)
         self.budget = budget
+        self.hierarchy: tuple[Any, ...] | None = getattr(game, "hierarchy", None)
         self.n_coalitions = 0
         self.n_outputs: int | None = None
         self.squeeze = False

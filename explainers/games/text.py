@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from explainers.explanation import OptionError, Span
+from explainers.games.hierarchy import Hierarchy, sequence
 
 if TYPE_CHECKING:
     from models.base import TextModel
@@ -44,7 +45,8 @@ class TextGame:
     `predict_texts` maps a list of strings to [m, k]; one coalition is one model row.
     Masking puts one `mask_token` in place of each absent piece. Deleting a piece also drops the
     whitespace before it (no double spaces), unless a word character follows the piece (a
-    sub-word token), so that its neighbours stay apart.
+    sub-word token), so that its neighbours stay apart. `hierarchy` (for the partition
+    estimator's Owen values): contiguous halves of the pieces in reading order, `sequence(n)`.
     """
 
     rows_per_coalition = 1
@@ -69,6 +71,7 @@ class TextGame:
         self.text = text
         self.pieces = tuple(pieces)
         self.n_players = len(self.pieces)
+        self.hierarchy: Hierarchy = sequence(self.n_players)
         self.absence = absence
         self.mask_token = mask_token
         self.max_rows = max_rows
