@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     max_instances: int = 1000
     max_background_rows: int = 1000
     max_budget: int = 1 << 24  # model rows per instance
+    max_batch_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description="working memory of one model call (bytes): rows per call = this / the bytes "
+        "one row takes, measured when the model is loaded (gradient explainers: with its "
+        "backward pass); a row that cannot fit is refused (400). On CUDA the device's share is "
+        "half its free memory and this bounds the rows built in host memory",
+    )
     explain_workers: int = 2  # concurrent explanations being computed
     io_workers: int = 32  # concurrent validations and cache look-ups
     torch_threads: int = 1

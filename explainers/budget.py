@@ -1,12 +1,18 @@
-"""Default budgets, in model evaluations (coalitions times rows per coalition)."""
+"""Default budgets, in model evaluations (coalitions times rows per coalition), and rows per
+model call from the model's memory budget (MAX_BATCH_BYTES, models/base.py rows_per_pass)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 from explainers.estimators import exact
+from explainers.games.errors import BudgetError
+
+if TYPE_CHECKING:
+    from models.base import Model
 
 TARGET_FACTOR = 64  # with a precision target, the default budget is this many times the usual
 TARGET_CEILING = 1 << 24  # ... and at most this many model evaluations (the service's MAX_BUDGET)
@@ -43,3 +49,20 @@ def default_budget(
         generous = TARGET_FACTOR * coalitions
         coalitions = max(coalitions, min(generous, _CEILING.get() // max(cost, 1)))
     return coalitions * cost
+
+
+class MemoryBudgetError(BudgetError):
+    """One row needs more working memory than a model call may take (MAX_BATCH_BYTES)."""
+
+
+def rows_per_call(model: Model, backward: bool = False, cap: int | None = None) -> int:
+    """Rows per model call (with the backward pass to the input when `backward`): the
+    model's `rows_per_pass`, at most `cap`. Raises MemoryBudgetError (HTTP 400) before any
+    model call when one row cannot fit."""
+    from models.base import RowTooLargeError  # torch: not for the estimators' imports
+
+    try:
+        rows = model.rows_per_pass(backward)
+    except RowTooLargeError as exc:
+        raise MemoryBudgetError(str(exc)) from None
+    return rows if cap is None else max(1, min(rows, cap))

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from explainers.budget import rows_per_call
 from explainers.explanation import ExplainResult, Explanation, OptionError
-from explainers.games import BudgetError, ExplainerError, NotDifferentiableError
+from explainers.games import BudgetError, ExplainerError, NotDifferentiableError, check_deadline
 from explainers.games.absence import Absence, Kind, references
 from explainers.options import ExplainerOptions
 from models.base import Model, TextModel
@@ -47,8 +48,7 @@ def require_gradients(model: Model) -> None:
         )
     if not model.differentiable:
         raise NotDifferentiableError(
-            f"{model.name} is a black box without input gradients ({model.platform}); "
-            "use shapley"
+            f"{model.name} is a black box without input gradients ({model.platform}); use shapley"
         )
 
 
@@ -103,10 +103,14 @@ def quadrature(method: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
 def input_gradients(
     score: Score, points: np.ndarray, target: int, batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """d score_target / d input at `points` [p, *shape]: (gradients [p, *shape], scores [p])."""
+    """d score_target / d input at `points` [p, *shape]: (gradients [p, *shape], scores [p]).
+
+    `batch_size` rows per forward and backward pass; the deadline (and cancellation) is
+    checked before each."""
     grads = np.empty(points.shape, dtype=np.float64)
     scores = np.empty(points.shape[0], dtype=np.float64)
     for start in range(0, points.shape[0], batch_size):
+        check_deadline()
         chunk = torch.tensor(points[start : start + batch_size], dtype=torch.float32)
         chunk.requires_grad_(True)
         with torch.enable_grad():
@@ -131,6 +135,7 @@ def scores_at(score: Score, x: np.ndarray, batch_size: int) -> np.ndarray:
     parts = []
     with torch.no_grad():  # not inference_mode: a TorchScript module could keep its tensors
         for start in range(0, x.shape[0], batch_size):
+            check_deadline()
             chunk = torch.tensor(x[start : start + batch_size], dtype=torch.float32)
             parts.append(score(chunk).double().cpu().numpy())
     return np.concatenate(parts)
@@ -229,9 +234,18 @@ def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray,
 
 class IntegratedGradientsOptions(ExplainerOptions):
     """Options of the `integrated-gradients` explainer."""
+
     baseline: Literal[
-        "zero", "constant", "mean", "blur", "uniform", "gaussian", "supplied", "expected",
-        "mask", "pad",
+        "zero",
+        "constant",
+        "mean",
+        "blur",
+        "uniform",
+        "gaussian",
+        "supplied",
+        "expected",
+        "mask",
+        "pad",
     ] = Field(
         "zero",
         description="zero; constant (baseline_value, a number); mean of the background rows; "
@@ -270,7 +284,26 @@ class IntegratedGradientsOptions(ExplainerOptions):
         description="attribute the model's output (a class probability for classifiers) or, "
         "for classifiers ending in a softmax, the logit",
     )
-    batch_size: int = Field(1024, ge=1, le=65536, description="rows per forward/backward pass")
+    batch_size: int = Field(
+        1024,
+        ge=1,
+        le=65536,
+        description="at most this many rows per forward/backward pass; fewer when the server's "
+        "memory budget per model call (MAX_BATCH_BYTES) holds fewer",
+    )
+
+
+HOST_ARRAYS = 3  # float64 arrays of one path point held beside the model: point, gradient, term
+
+
+def backward_rows(model: Model, cap: int) -> tuple[int, int]:
+    """(rows per forward/backward pass, rows per forward pass) from the model's memory budget
+    (MAX_BATCH_BYTES), at most `cap`; MemoryBudgetError (400) when one row cannot fit. The
+    path points and their gradients are float64 arrays in host memory beside the model's own
+    working memory: they count against the budget too."""
+    host = HOST_ARRAYS * 8 * model.n_features
+    cap = max(1, min(cap, model.max_batch_bytes // host)) if model.max_batch_bytes else cap
+    return rows_per_call(model, backward=True, cap=cap), rows_per_call(model, cap=cap)
 
 
 def make_baselines(
@@ -367,18 +400,17 @@ def explain(
             f"{n_refs} baseline(s) x {steps} steps cost {cost} model evaluations; budget {budget}"
         )
     score = score_function(model, options.output)
+    rows, forward_rows = backward_rows(model, options.batch_size)  # before any model call
     rng = np.random.default_rng(seed)
     explanations = []
     for x in inputs.astype(np.float64):
         refs = make_baselines(model, x, options, background, rng)
-        outs = scores_at(score, np.concatenate([x[None], refs]), options.batch_size)
+        outs = scores_at(score, np.concatenate([x[None], refs]), forward_rows)
         out = pick_target(model, target, outs[0])
         if options.estimator == "path":
-            attr = integrated_gradients(
-                score, x, refs, out, steps, options.method, options.batch_size
-            )
+            attr = integrated_gradients(score, x, refs, out, steps, options.method, rows)
         else:
-            attr = recalibrated(score, x, refs, out, steps, options.estimator, options.batch_size)
+            attr = recalibrated(score, x, refs, out, steps, options.estimator, rows)
         base, full = float(outs[1:, out].mean()), float(outs[0, out])
         check_finite(attr, base, full)
         details: dict[str, Any] = {"completeness_gap": float(attr.sum()) + base - full}

@@ -16,16 +16,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from explainers.budget import MemoryBudgetError
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
-from explainers.games import BudgetError, NotDifferentiableError
+from explainers.games import BudgetError, NotDifferentiableError, check_deadline
 from explainers.games.text import word_spans
+from models.base import DEFAULT_MAX_BATCH_BYTES, mib
 
 if TYPE_CHECKING:
     from explainers.gradients import IntegratedGradientsOptions
     from models.base import Model
 
 TEXT_BASELINES = ("mask", "pad", "zero")
-CHUNK = 64  # path points per backward pass
+CHUNK = 64  # at most this many path points per backward pass
 
 
 class EmbeddingHook(Protocol):
@@ -73,17 +75,38 @@ def token_values(
     alphas: np.ndarray,
     weights: np.ndarray,
     output: str,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
 ) -> torch.Tensor:
-    """Σ_dims (x - b) ∘ Σ_a w_a ∇ f_target(b + α_a (x - b)): one value per token. [t]"""
+    """Σ_dims (x - b) ∘ Σ_a w_a ∇ f_target(b + α_a (x - b)): one value per token. [t]
+
+    The first point's forward and backward pass is measured (models/device.py peak_bytes):
+    the others go in passes of as many points as `max_batch_bytes` holds (at most CHUNK);
+    MemoryBudgetError when one point does not fit. The deadline is checked before each pass.
+    """
+    from models.device import peak_bytes
+
     path = torch.zeros_like(x)
-    for start in range(0, len(alphas), CHUNK):
-        a = torch.tensor(alphas[start : start + CHUNK], dtype=x.dtype, device=x.device)
-        w = torch.tensor(weights[start : start + CHUNK], dtype=x.dtype, device=x.device)
+
+    def run(start: int, stop: int) -> None:
+        nonlocal path
+        check_deadline()
+        a = torch.tensor(alphas[start:stop], dtype=x.dtype, device=x.device)
+        w = torch.tensor(weights[start:stop], dtype=x.dtype, device=x.device)
         with torch.enable_grad():
             points = (b[None] + a[:, None, None] * (x - b)[None]).detach().requires_grad_(True)
             out = hook.scores(points, types.expand(len(a), -1), output)[:, target]
             (grad,) = torch.autograd.grad(out.sum(), points)
-        path += (w[:, None, None] * grad).sum(dim=0)
+        path = path + (w[:, None, None] * grad).sum(dim=0)
+
+    per_point = peak_bytes(x.device, lambda: run(0, 1))
+    if per_point > max_batch_bytes:
+        raise MemoryBudgetError(
+            f"one path point of this text ({x.shape[0]} tokens) takes {mib(per_point)} in a "
+            f"forward and backward pass; MAX_BATCH_BYTES allows {mib(max_batch_bytes)}"
+        )
+    chunk = CHUNK if per_point <= 0 else max(1, min(CHUNK, max_batch_bytes // per_point))
+    for start in range(1, len(alphas), chunk):
+        run(start, min(len(alphas), start + chunk))
     return ((x - b) * path).sum(dim=-1)
 
 
@@ -126,7 +149,9 @@ def explain_text(
             ends = hook.scores(torch.stack([x, b]), types.expand(2, -1), options.output)
         ends_np = ends.double().cpu().numpy()
         out = pick_target(model, target, ends_np[0])
-        tokens = token_values(hook, x, b, types, out, alphas, weights, options.output)
+        tokens = token_values(
+            hook, x, b, types, out, alphas, weights, options.output, model.max_batch_bytes
+        )
         explanations.append(
             explanation_of(str(text), tokens, offsets, special_l, ends_np, out, cost)
         )

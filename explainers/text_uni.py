@@ -80,7 +80,9 @@ def explain_text_uni(
         unlearned, unlearning_evals, unlearned_ok = unlearned_output(module, x, out, options)
         xp, kls = match_baseline(module, x, unlearned, eps, options)
         xp = torch.where(special[None, :, None], x, xp)
-        tokens = token_values(hook, x[0], xp[0], types, out, alphas, weights, options.output)
+        tokens = token_values(
+            hook, x[0], xp[0], types, out, alphas, weights, options.output, model.max_batch_bytes
+        )
         with torch.no_grad():
             ends = hook.scores(torch.cat([x, xp]), types.expand(2, -1), options.output)
             p_x, p_base = module(torch.cat([x, xp]))[:, out].tolist()

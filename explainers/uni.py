@@ -19,10 +19,11 @@ import torch
 from pydantic import Field
 
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
-from explainers.games import BudgetError
+from explainers.games import BudgetError, check_deadline
 from explainers.gradients import (
     Method,
     Output,
+    backward_rows,
     check_finite,
     integrated_gradients,
     pick_target,
@@ -39,6 +40,7 @@ _TINY = 1e-12
 
 class UniOptions(ExplainerOptions):
     """Options of the `uni` explainer; all defaults are ours (the paper gives none)."""
+
     unlearning_steps: int = Field(
         1, ge=1, le=1000, description="most gradient-ascent steps on the copy"
     )
@@ -132,6 +134,7 @@ def unlearned_output(
     goal = None if options.unlearning_target is None else start + np.log(options.unlearning_target)
     evals = 0
     for step in range(options.unlearning_steps + 1):
+        check_deadline()
         with torch.enable_grad():
             logp = _log_probs(twin, x)
             evals += 1
@@ -179,6 +182,7 @@ def _line_search(
     origin = [p.detach().clone() for p, _ in pairs]
 
     def logp_at(length: float) -> float:
+        check_deadline()
         with torch.no_grad():
             for (p, g), p0 in zip(pairs, origin, strict=True):
                 p.copy_(p0 + length * unit * g)
@@ -230,6 +234,7 @@ def match_baseline(
     xp, best = x.clone(), x.clone()
     kls: list[float] = []
     for _ in range(options.pgd_steps + 1):
+        check_deadline()
         xp.requires_grad_(True)
         with torch.enable_grad():
             kl = (q * (target_logp - _log_probs(module, xp))).sum()
@@ -314,6 +319,7 @@ def explain(
     echo["pgd_step_size"] = options.pgd_step_size or echo["epsilon"] / 4
     device = model.device  # the copy, the PGD search and IG run where the weights are
     module = model.torch_module()
+    rows, _ = backward_rows(model, 1024)  # MemoryBudgetError (400) before any model call
     eps_t = torch.tensor(eps, dtype=torch.float32, device=device)[None]
     explanations = []
     for row in inputs.astype(np.float32):
@@ -323,7 +329,13 @@ def explain(
         xp, kls = match_baseline(module, x, unlearned, eps_t, options)
         baseline = xp[0].cpu().numpy().astype(np.float64)
         attr = integrated_gradients(
-            score, row.astype(np.float64), baseline[None], out, options.ig_steps, options.method
+            score,
+            row.astype(np.float64),
+            baseline[None],
+            out,
+            options.ig_steps,
+            options.method,
+            rows,
         )
         s = scores_at(score, np.stack([row.astype(np.float64), baseline]), 2)
         full, base = float(s[0, out]), float(s[1, out])

@@ -27,6 +27,18 @@ class NoModuleError(ModelError):
     """A black box (ONNX, booster, remote endpoint, BM25) has no torch module."""
 
 
+class RowTooLargeError(ModelError):
+    """One row of the model takes more working memory than a model call may (MAX_BATCH_BYTES)."""
+
+
+DEFAULT_MAX_BATCH_BYTES = 256 << 20  # the library's working memory of one model call
+
+
+def mib(n: float) -> str:
+    """Bytes as mebibytes, for messages."""
+    return f"{n / (1 << 20):.1f} MiB"
+
+
 def weights_hash(module: torch.nn.Module) -> str:
     """Content hash of a module's parameters and buffers (its version)."""
     h = hashlib.sha256()
@@ -117,7 +129,7 @@ class Model:
     module: torch.nn.Module | None = None
     background: np.ndarray | None = None  # [rows, *input_shape] float32, the default background
     background_info: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 65536  # rows per forward pass; bounds memory
+    batch_size: int = 65536  # at most this many rows per model call (rows_per_pass: how many)
     platform: str = "pytorch"
     version: str = ""  # filled from the weights when empty; a black box's: its file's hash
     info: dict[str, Any] = field(default_factory=dict)  # provenance: dataset, seed, metrics
@@ -132,9 +144,12 @@ class Model:
     # directly (not through `module`), so float64 inputs reach e.g. LightGBM's float64 splits.
     predict_fn: Callable[[np.ndarray], np.ndarray] | None = None
     input_dtype: str = "float32"
-    # Device memory one row of a forward pass takes (measured on CUDA when the model is placed,
-    # models/device.py); 0: passes are `batch_size` rows.
+    # Working memory one row of a model call takes, measured when the model is placed
+    # (models/device.py): on the CPU host memory, on CUDA device memory; 0: not measured.
     row_bytes: int = 0
+    grad_row_bytes: int = 0  # the same with the backward pass to the input (torch modules)
+    # The working memory of one model call (MAX_BATCH_BYTES); 0: `batch_size` rows per call.
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
     def __post_init__(self) -> None:
         if self.module is None or self.predict_fn is not None:
@@ -167,30 +182,65 @@ class Model:
             return torch.device("cpu")
         return module_device(self.module)
 
-    def rows_per_pass(self) -> int:
-        """Rows per forward pass: `batch_size`, and on CUDA what fits in free device memory."""
+    @property
+    def io_row_bytes(self) -> int:
+        """Bytes of one row's inputs and outputs (what a model call holds at the least)."""
+        return self.n_features * np.dtype(self.input_dtype).itemsize + self.n_outputs * 4
+
+    def call_row_bytes(self, backward: bool = False) -> int:
+        """Working memory of one row in a model call: as measured (`row_bytes`, with a backward
+        pass `grad_row_bytes`); a black box without its own figure: twice its inputs and
+        outputs (its runtime's copy of them); 0: unknown."""
+        per_row = self.grad_row_bytes if backward else self.row_bytes
+        if per_row <= 0 and not backward and self.predict_fn is not None:
+            return 2 * self.io_row_bytes
+        return per_row
+
+    def rows_per_pass(self, backward: bool = False) -> int:
+        """Rows per model call: the one rule every explainer and game follows.
+
+        At most `batch_size`, and MAX_BATCH_BYTES (`max_batch_bytes`) over the bytes one row
+        takes (`row_bytes`; `grad_row_bytes` with a backward pass), measured at placement. On
+        CUDA, what fits in half the free device memory; MAX_BATCH_BYTES then bounds the rows
+        built in host memory (their inputs and outputs). Never fewer than 1 row:
+        RowTooLargeError when one row cannot fit.
+        """
         device = self.device
-        if device.type != "cuda" or self.row_bytes <= 0:
-            return self.batch_size
+        per_row = self.call_row_bytes(backward)
+        cap = self.batch_size
+        if self.max_batch_bytes > 0:
+            host = per_row if device.type != "cuda" else self.io_row_bytes
+            if host > self.max_batch_bytes:
+                what = "a forward and backward pass" if backward else "a model call"
+                raise RowTooLargeError(
+                    f"one row of {self.name} (input {list(self.input_shape)}) takes "
+                    f"{mib(host)} in {what}; MAX_BATCH_BYTES allows {mib(self.max_batch_bytes)}"
+                    " per model call: raise MAX_BATCH_BYTES or use a model with smaller inputs"
+                )
+            if host > 0:
+                cap = max(1, min(cap, self.max_batch_bytes // host))
+        if device.type != "cuda" or per_row <= 0:
+            return cap
         free, _ = torch.cuda.mem_get_info(device)
-        return rows_for_memory(free, self.row_bytes, self.batch_size)
+        return rows_for_memory(free, per_row, cap)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Batched forward pass without gradients, on the model's device; float32 [m, k] numpy.
 
-        Chunks of `rows_per_pass()` rows; a black box's function gets `batch_size` rows."""
+        Chunks of `rows_per_pass()` rows, for a black box's function as for a torch module."""
         x = np.ascontiguousarray(x, dtype=self.input_dtype).reshape((-1, *self.input_shape))
         out = np.empty((x.shape[0], self.n_outputs), dtype=np.float32)
+        step = self.rows_per_pass()
         if self.predict_fn is not None:
-            for start in range(0, x.shape[0], self.batch_size):
-                rows = x[start : start + self.batch_size]
+            for start in range(0, x.shape[0], step):
+                rows = x[start : start + step]
                 out[start : start + rows.shape[0]] = np.asarray(
                     self.predict_fn(rows), dtype=np.float32
                 ).reshape(rows.shape[0], -1)
             return out
         # no_grad, not inference_mode: a TorchScript module may keep constants it built on its
         # first call, and inference tensors cannot be saved for a later backward pass.
-        module, device, step = self.torch_module(), self.device, self.rows_per_pass()
+        module, device = self.torch_module(), self.device
         with torch.no_grad():
             for start in range(0, x.shape[0], step):
                 chunk = torch.from_numpy(x[start : start + step]).to(device)  # no-op on the CPU

@@ -141,3 +141,37 @@ def onnx_predictor(
 
     input_dtype = "float64" if dtype is np.float64 else "float32"
     return run, input_dtype
+
+
+_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
+
+
+def graph_row_bytes(data: bytes, n_features: int) -> int:
+    """A bound on onnxruntime's working memory per row: the bytes per row of every tensor
+    of the graph that has the batch dimension (its inputs, outputs and intermediate values,
+    shapes from onnx's shape inference), as if none were freed or reused; a tensor of unknown
+    shape counts as one float64 input row. 0 when the graph does not parse."""
+    import onnx
+
+    try:
+        model = onnx.shape_inference.infer_shapes(onnx.load_model_from_string(data))
+    except Exception:
+        return 0
+    graph = model.graph
+    constant = {i.name for i in graph.initializer}
+    total = 0
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        if value.name in constant or not value.type.HasField("tensor_type"):
+            continue
+        tensor = value.type.tensor_type
+        dims = list(tensor.shape.dim) if tensor.HasField("shape") else []
+        known = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if not known or (known[0] is not None and known[0] <= 1 and len(known) == 1):
+            continue  # a scalar or a constant-sized value: no batch dimension
+        if any(k is None for k in known[1:]):
+            total += 8 * n_features
+            continue
+        batch = known[0] if known[0] else 1  # a fixed batch: its share of one row
+        size = int(np.prod([k for k in known[1:] if k is not None] or [1]))
+        total += -(-size * _ELEMENT_BYTES.get(tensor.elem_type, 8) // batch)
+    return total

@@ -4,7 +4,9 @@ User models live in a `ModelStore` (the database every API process shares): the 
 what the store holds (its answer cached for about a second), builds a model on first use,
 rebuilds it when another process stored a new version and forgets it when one removed it.
 Models passed to `register` while the store does not list their name stay local to the process.
-Every torch model is moved to the registry's device when it enters (models/device.py).
+Every torch model is moved to the registry's device when it enters, and its working memory
+per row measured against the registry's memory budget per model call (MAX_BATCH_BYTES):
+models/device.py.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from sqlalchemy.exc import SQLAlchemyError
 
-from models.base import Model, ModelNotReadyError, UnknownModelError
+from models.base import DEFAULT_MAX_BATCH_BYTES, Model, ModelNotReadyError, UnknownModelError
 from models.catalog import BUILTINS, BuiltinModel
 from models.device import place, resolve_device
 
@@ -49,11 +51,15 @@ class ModelRegistry:
         build: Build = _build_user_model,
         refresh_s: float = 1.0,
         device: str | torch.device = "cpu",
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> None:
         """`device`: where torch models compute, a DEVICE setting (auto | cpu | cuda | cuda:k)
         or a torch device; raises models.device.DeviceError when this machine has no such
-        device."""
+        device. `max_batch_bytes`: the working memory of one model call (MAX_BATCH_BYTES)."""
         self._device = resolve_device(device) if isinstance(device, str) else device
+        if max_batch_bytes < 1:
+            raise ValueError("max_batch_bytes must be positive")
+        self._max_batch_bytes = max_batch_bytes
         names = [b.name for b in builtins]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -76,6 +82,11 @@ class ModelRegistry:
     def device(self) -> torch.device:
         """Where this registry's torch models compute."""
         return self._device
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """The working memory of one model call of this registry's models (bytes)."""
+        return self._max_batch_bytes
 
     @property
     def store(self) -> ModelStore | None:
@@ -185,7 +196,7 @@ class ModelRegistry:
             if model is not None:
                 return model
             try:
-                model = place(builtin.load(self._cache_dir), self._device)
+                model = place(builtin.load(self._cache_dir), self._device, self._max_batch_bytes)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 with self._lock:
@@ -229,7 +240,7 @@ class ModelRegistry:
             except SQLAlchemyError as exc:
                 raise ModelNotReadyError(f"model {name!r}: the store is unreachable") from exc
             try:
-                model = place(self._build(meta, files), self._device)
+                model = place(self._build(meta, files), self._device, self._max_batch_bytes)
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 with self._lock:
@@ -245,10 +256,11 @@ class ModelRegistry:
         """Add a user model, or replace the one of the same name; built-in names are reserved.
 
         Called after the model was saved to the store; a model the store does not list stays
-        local to this process. The model is moved to the registry's device."""
+        local to this process. The model is moved to the registry's device, under its memory
+        budget per model call."""
         if model.name in self._builtins:
             raise ValueError(f"{model.name!r} is a built-in model and cannot be replaced")
-        model = place(model, self._device)
+        model = place(model, self._device, self._max_batch_bytes)
         self._sync(force=True)
         with self._lock:
             self._models[model.name] = model

@@ -18,6 +18,11 @@ import numpy as np
 from models.base import ModelError
 
 CHUNK_ROWS = 4096  # rows per request: a game evaluation may send tens of thousands
+BODY_BYTES = 4 << 20  # ... and at most about this much JSON per request (a 3x224x224 row: one)
+JSON_VALUE_BYTES = 20  # characters of one float32 in the JSON body, at most about
+# Host memory of one value while a request is built: the float32, a Python float and its list
+# slot (tolist), its JSON text.
+HOST_VALUE_BYTES = 4 + 32 + JSON_VALUE_BYTES
 NUMERIC = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"}
 NUMERIC |= {"FP16", "FP32", "FP64"}
 
@@ -44,15 +49,23 @@ class RemoteClient:
     url: the model's OIP URL, `http://host:port/v2/models/<model>` (optionally
     `/versions/<v>`); output: the output to request by name (e.g. MLServer's `predict_proba`),
     else the endpoint's first output. One keep-alive HTTP client is shared by every thread.
+    A request carries at most `chunk_rows` rows and about `body_bytes` of JSON (at least one
+    row).
     """
 
     def __init__(
-        self, url: str, timeout_s: float, output: str | None = None, chunk_rows: int = CHUNK_ROWS
+        self,
+        url: str,
+        timeout_s: float,
+        output: str | None = None,
+        chunk_rows: int = CHUNK_ROWS,
+        body_bytes: int = BODY_BYTES,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.output = output
         self.chunk_rows = chunk_rows
+        self.body_bytes = body_bytes
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
 
@@ -86,7 +99,8 @@ class RemoteClient:
         rows = np.ascontiguousarray(x, dtype=np.float32)
         if rows.shape[0] == 0:
             raise RemoteModelError("no rows to send to the remote model")
-        step = self.chunk_rows
+        values = max(1, rows[0].size)  # per row
+        step = max(1, min(self.chunk_rows, self.body_bytes // (JSON_VALUE_BYTES * values)))
         parts = [self._infer(rows[s : s + step]) for s in range(0, len(rows), step)]
         widths = {p.shape[1] for p in parts}
         if len(widths) != 1:

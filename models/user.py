@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.base import Model, RankerModel, TextModel
+from models.base import DEFAULT_MAX_BATCH_BYTES, Model, RankerModel, RowTooLargeError, TextModel
 from models.declaration import FORMATS, Declaration, InvalidModelError
 from models.device import place
-from models.remote import RemoteClient
+from models.remote import HOST_VALUE_BYTES, RemoteClient
 
 
 def _model(decl: Declaration, module: torch.nn.Module | None, version: str, **extra: Any) -> Model:
@@ -105,14 +105,17 @@ def _remote(decl: Declaration, version: str) -> Model:
         from models.remote_text import remote_text_model
 
         return remote_text_model(decl, version)
-    return _model(decl, None, version, predict_fn=RemoteClient(url, 30.0, decl.remote_output))
+    client = RemoteClient(url, 30.0, decl.remote_output)
+    row_bytes = HOST_VALUE_BYTES * int(np.prod(decl.input_shape)) + 4 * len(decl.output_names)
+    return _model(decl, None, version, predict_fn=client, row_bytes=row_bytes)
 
 
 def _onnx(decl: Declaration, data: bytes, version: str) -> Model:
-    from models.onnx import onnx_predictor
+    from models.onnx import graph_row_bytes, onnx_predictor
 
     run, dtype = onnx_predictor(data, decl)
-    return _model(decl, None, version, predict_fn=run, input_dtype=dtype)
+    row_bytes = graph_row_bytes(data, int(np.prod(decl.input_shape)))
+    return _model(decl, None, version, predict_fn=run, input_dtype=dtype, row_bytes=row_bytes)
 
 
 def _booster(decl: Declaration, data: bytes, version: str) -> Model:
@@ -193,10 +196,15 @@ def build_model(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
 
 
 def register(
-    decl: Declaration, files: dict[str, bytes], device: torch.device | None = None
+    decl: Declaration,
+    files: dict[str, bytes],
+    device: torch.device | None = None,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
 ) -> tuple[Model, dict[str, Any]]:
     """Build and check a new registration on `device` (default the CPU; a registry's
-    `device`): (the model, the meta to store with its files)."""
+    `device`) under a memory budget per model call (a registry's `max_batch_bytes`): (the
+    model, the meta to store with its files). A model one row of which does not fit in the
+    budget is refused."""
     meta = decl.as_dict()
     data = files.get("model", b"")
     if decl.format == "remote":
@@ -206,7 +214,11 @@ def register(
     meta["version"] = h.hexdigest()[:16]
     model = build_model(meta, files)
     try:
-        model = place(model, device or torch.device("cpu"))
+        model = place(check_forward(model), device or torch.device("cpu"), max_batch_bytes)
     except RuntimeError as exc:  # e.g. a TorchScript archive that pinned its tensors to the CPU
         raise InvalidModelError(f"the model cannot run on {device}: {exc}") from None
+    try:
+        model.rows_per_pass()
+    except RowTooLargeError as exc:
+        raise InvalidModelError(str(exc)) from None
     return check_forward(model), meta
