@@ -297,6 +297,7 @@ class ExplainService:
         except Cancelled as exc:
             if self.stopping.is_set():
                 log.info("explanation %s cancelled: the server is shutting down", p.request_id)
+                self.metrics.cancelled.labels("shutdown").inc()
                 raise ShuttingDown(
                     "the server is shutting down: the explanation was cancelled; retry",
                     headers={"Retry-After": "1"},

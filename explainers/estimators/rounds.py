@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from explainers.estimators.base import Estimate, Precision, Target
 from explainers.games import BudgetError, DeadlineExceeded, GameRecorder, has_deadline
+from explainers.games.deadlines import time_left
 
 FIRST_ROUND = 8  # coalitions per player in the first round
 MIN_SAMPLES = 16  # permutations / coalition pairs before a target counts as reached
 PILOT_ROUNDS = 3  # race: rounds of each contender before the cheaper one goes on alone
 SLICE_S = 0.1  # under a deadline, model calls of about this long (the deadline is seen between)
 FIRST_SLICE = 256  # coalitions of the first call, before the rate is measured
+# Under a deadline the last completed round must still be fitted (KernelSHAP's regression and
+# jackknife: about 2 s per million coalitions of 64 players): sampling stops while the time left
+# is under RESERVE_FACTOR x the fit's measured cost, timed once on the first round of at least
+# TIMED_FROM coalitions (a few ms).
+TIMED_FROM = 4096
+RESERVE_FACTOR = 2.0
+_RESERVE: ContextVar[float] = ContextVar("fit_reserve", default=0.0)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,9 @@ class Slicer:
             return self.call(masks)
         parts, start = [], 0
         while start < len(masks):
+            left = time_left()
+            if left is not None and left < _RESERVE.get():
+                raise DeadlineExceeded("the time left is needed to fit the rounds so far")
             size = FIRST_SLICE if self.rate is None else max(1, int(SLICE_S / self.rate))
             t0 = time.monotonic()
             parts.append(self.call(masks[start : start + size]))
@@ -102,17 +114,27 @@ def drive(rounds: Iterator[Round], recorder: GameRecorder, target: Target | None
     last: Round | None = None
     est: Estimate | None = None
     reached = partial = False
+    rate: float | None = None  # seconds of fitting per coalition, measured once
+    reserve = _RESERVE.set(0.0)
     try:
         for r in rounds:
             last, est = r, None
+            t0 = time.monotonic()
             if target is not None:
                 est, reached = _checked(r, target)
                 if reached:
                     break
+            if time_left() is not None and not r.exact and r.coalitions >= TIMED_FROM:
+                if rate is None or est is not None:
+                    est = r.estimate() if est is None else est
+                    rate = (time.monotonic() - t0) / r.coalitions
+                _RESERVE.set(RESERVE_FACTOR * rate * r.coalitions)
     except DeadlineExceeded:
         if last is None:
             raise
         partial = True
+    finally:
+        _RESERVE.reset(reserve)
     if last is None:
         raise BudgetError("the budget is too small for one round of sampling")
     return _finish(last, est, recorder, target, partial, reached)

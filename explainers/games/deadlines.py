@@ -51,6 +51,12 @@ def stop_when(cancelled: Callable[[], bool] | None) -> Iterator[None]:
         _STOP.reset(token)
 
 
+def time_left() -> float | None:
+    """Seconds until the current deadline (negative once passed); None without one."""
+    at = _DEADLINE.get()
+    return None if at is None else at - time.monotonic()
+
+
 def has_deadline() -> bool:
     """A deadline or a cancel check is set: long work is cut into short model calls (about
     0.1 s, see estimators/rounds.py) so that either is noticed soon, even inside a round."""

@@ -142,7 +142,7 @@ def test_the_default_limit_gives_the_anytime_estimate(
     body = r.json()
     assert body["meta"]["partial"] is True
     assert body["meta"]["cache"] == "bypass"  # a partial answer is never stored
-    assert 2.5 < took < 5.0, took
+    assert took < 5.0, took  # sampling stops early enough to fit what it has within 3 s
     assert 0 < body["meta"]["n_model_evals"] < 2**24
     e = body["data"]["explanations"][0]
     assert np.all(np.isfinite(e["values"]))
@@ -238,3 +238,23 @@ def test_a_cancel_wins_over_a_passed_deadline() -> None:
         with stop_when(lambda: True), pytest.raises(Cancelled):
             check_deadline()
     assert any_of(None, None) is None
+
+
+def test_the_anytime_estimate_is_fitted_within_the_limit() -> None:
+    """KernelSHAP's last fit over many coalitions takes seconds: sampling stops early enough
+    that the partial estimate is ready by the deadline (a linear game: it is exact)."""
+    from explainers.estimators.kernel import kernel
+
+    weights = np.linspace(-1, 1, 64)
+
+    def slow(masks: np.ndarray) -> np.ndarray:
+        time.sleep(len(masks) * 5e-6)  # a fast model: the fit is a large share of the time
+        return masks @ weights  # type: ignore[no-any-return]
+
+    recorder = GameRecorder(slow, 64, budget=2**24)
+    start = time.monotonic()
+    with deadline(start + 4.0):
+        est = kernel(recorder, np.random.default_rng(0))
+    assert time.monotonic() - start < 4.0
+    assert est.partial and est.n_coalitions > 8 * 64
+    np.testing.assert_allclose(est.values, weights, atol=1e-8)
