@@ -159,7 +159,7 @@ def probe_row_bytes(model: Model, backward: bool = False) -> int:
     return floor + -(-peak // CPU_PROBE_ROWS) if peak > 0 else 0
 
 
-def _measure(model: Model) -> Model:
+def _measure(model: M) -> M:
     """The model with `row_bytes` (and `grad_row_bytes` if it has input gradients) measured,
     unless a builder stated them."""
     if model.row_bytes > 0:

@@ -291,3 +291,40 @@ def test_remote_bodies_are_capped(echo_url: str) -> None:
     _Echo.bodies.clear()
     client(small)
     assert len(_Echo.bodies) == 1  # small rows still travel together
+
+
+def test_text_gradients_pass_sizes_follow_the_budget() -> None:
+    """Integrated gradients on a text classifier's embeddings: the first path point is
+    measured, the others go in passes that fit the budget; the values do not move."""
+    from models.checkpoint import archive_checkpoint
+    from models.hf import declare
+    from tests.models import hf_fixtures as fx
+
+    data = fx.archived("classifier")
+    model, _ = register(declare("clf", archive_checkpoint(data)), {"model": data})
+    hook = model.embeddings  # type: ignore[attr-defined]
+    text = "The plot made no sense, and the acting was bad."
+    opts = gradients.IntegratedGradientsOptions()  # 50 steps
+    passes: dict[int, list[int]] = {}
+    values = {}
+    scores = hook.scores
+    for budget in (256 * MIB, 8 * MIB):
+        seen: list[int] = []
+
+        def counted(embeds: torch.Tensor, *rest: Any, seen: list[int] = seen) -> torch.Tensor:
+            seen.append(int(embeds.shape[0]))
+            return scores(embeds, *rest)  # type: ignore[no-any-return]
+
+        hook.scores = counted
+        try:
+            result = gradients.explain(replace(model, max_batch_bytes=budget), [text], options=opts)
+        finally:
+            hook.scores = scores
+        passes[budget] = [n for n in seen if n != 2]  # the ends' scores: one pass of 2
+        values[budget] = result.explanations[0].values
+    assert passes[256 * MIB] == [1, 49]  # the measured point, then the rest at once
+    small = passes[8 * MIB]
+    assert small[0] == 1 and len(small) > 2 and sum(small) == 50
+    np.testing.assert_allclose(values[8 * MIB], values[256 * MIB], rtol=1e-4, atol=1e-7)
+    with pytest.raises(MemoryBudgetError, match="one path point"):
+        gradients.explain(replace(model, max_batch_bytes=4096), [text], options=opts)
