@@ -202,12 +202,15 @@ def _array_plan(
     rows_per_pass = model.rows_per_pass()
     games: list[tuple[Game, int, tuple[Span, ...] | None]] = []
     details: list[dict[str, Any] | None] = []
+    trees: dict[int, Any] = {}
     for x, (groups, pixel) in zip(inputs, per_instance, strict=True):
         refs = masking.references(model, x)
         n = int(groups.max()) + 1
         tree = None
         if image and (n <= HIERARCHY_UP_TO or options.estimator == "partition"):
-            tree = spatial_hierarchy(pixel)
+            if id(pixel) not in trees:  # patches: one map, one hierarchy for every instance
+                trees[id(pixel)] = spatial_hierarchy(pixel)
+            tree = trees[id(pixel)]
         game = MaskedModelGame(predict, x, refs, groups, rows_per_pass, model.input_dtype, tree)
         games.append((game, n, None))
         extra: dict[str, Any] = {}
