@@ -60,6 +60,7 @@ class Slicer:
     def __init__(self, recorder: GameRecorder, distinct: bool) -> None:
         self.call = recorder.evaluate_distinct if distinct else recorder
         self.rate: float | None = None  # seconds per coalition, measured
+        self.took = 0.0  # seconds of the last call: the next one may take as long
 
     def __call__(self, masks: np.ndarray) -> np.ndarray:
         if not has_deadline():
@@ -67,12 +68,12 @@ class Slicer:
         parts, start = [], 0
         while start < len(masks):
             left = time_left()
-            if left is not None and left < _RESERVE.get():
+            if left is not None and left < _RESERVE.get() + self.took:
                 raise DeadlineExceeded("the time left is needed to fit the rounds so far")
             size = FIRST_SLICE if self.rate is None else max(1, int(SLICE_S / self.rate))
             t0 = time.monotonic()
             parts.append(self.call(masks[start : start + size]))
-            took = max(time.monotonic() - t0, 1e-6)
+            took = self.took = max(time.monotonic() - t0, 1e-6)
             self.rate = took / max(len(parts[-1]), 1)
             start += size
         return np.concatenate(parts) if parts else self.call(masks)
