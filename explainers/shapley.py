@@ -175,7 +175,10 @@ def _array_plan(
         raise OptionError("['absence'] applies to text models only; array models take a masker")
     image = model.modality == "image"
     if not image and "players" in options.model_fields_set:
-        raise OptionError("['players'] apply to text and image models only")
+        raise OptionError(
+            f"players {options.players!r} applies to text models only (images take patches or "
+            "superpixels; a tabular model's players are its features)"
+        )
     if not image and options.model_fields_set & IMAGE_ONLY:
         raise OptionError(f"{sorted(options.model_fields_set & IMAGE_ONLY)} apply to image "
                           "models only")  # fmt: skip
