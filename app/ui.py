@@ -39,25 +39,36 @@ async def index() -> FileResponse:
     return FileResponse(STATIC / "index.html")
 
 
+EXAMPLE_NUMBERS = 2**19  # numbers per examples answer (about 10 MB of JSON): 3 rows at 3x224x224
+
+
 def _examples(svc: ExplainService, name: str, n: int) -> dict[str, Any]:
     model = svc.model(name)
     rows = model.background if model.background is not None else model.reference
     if rows is None:
-        return {"instances": [], "min": None, "max": None, "source": None}
+        return {"instances": [], "min": None, "max": None, "source": None, "rows": 0}
     rows = np.asarray(rows)
     numeric = rows.dtype.kind in "fiu"
+    per_row = max(1, int(np.prod(rows.shape[1:]))) if numeric else 1
+    take = max(1, min(n, EXAMPLE_NUMBERS // per_row))
+    tensor = numeric and rows.ndim > 2  # images: one minimum and maximum over all the data
+    low = rows.min() if tensor else rows.min(axis=0) if numeric else None
+    high = rows.max() if tensor else rows.max(axis=0) if numeric else None
     return {
-        "instances": rows[:n].tolist(),
-        "min": rows.min(axis=0).tolist() if numeric else None,
-        "max": rows.max(axis=0).tolist() if numeric else None,
+        "instances": rows[:take].tolist(),
+        "min": None if low is None else low.tolist(),
+        "max": None if high is None else high.tolist(),
         "source": model.background_info.get("description"),
+        "rows": len(rows),
     }
 
 
 @router.get("/v2/models/{model}/examples", tags=["models"], responses={404: ERROR_RESPONSES[404]})
 async def examples(request: Request, model: str, n: int = Query(5, ge=1, le=100)) -> dict[str, Any]:
-    """A few instances from the model's background data (inputs for the explorer and for
-    trying the API), with the per-feature minimum and maximum over that data."""
+    """A few instances from the model's stored background data (inputs for the explorer and
+    for trying the API): the first n rows, fewer for large inputs (at most 2^19 numbers in
+    all: 3 rows of a 3×224×224 image), with the minimum and maximum over that data (per
+    feature for tables; one number each for images) and `rows`, how many it holds."""
     result: dict[str, Any] = await off_loop(request, _examples, service(request), model, n)
     return result
 

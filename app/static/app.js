@@ -3,7 +3,7 @@
 // /openapi.json), so a new explainer or model shows up here without a change to this file.
 "use strict";
 
-const COMMON_FIELDS = new Set(["inputs", "target", "seed", "budget", "background", "id", "parameters"]);
+const COMMON_FIELDS = new Set(["inputs", "target", "seed", "budget", "background", "id", "parameters", "timeout_ms", "return_inputs"]);
 const SVGNS = "http://www.w3.org/2000/svg";
 const MAX_BARS = 20;
 const state = { models: [], catalog: {}, openapi: null, model: null, last: null, lastRequest: null };
@@ -131,10 +131,9 @@ async function init() {
 }
 
 async function loadModel(name) {
-  const [meta, examples] = await Promise.all([
-    api(`/v2/models/${encodeURIComponent(name)}`),
-    api(`/v2/models/${encodeURIComponent(name)}/examples?n=10`).catch(() => ({ instances: [] })),
-  ]);
+  const meta = await api(`/v2/models/${encodeURIComponent(name)}`);
+  const n = meta.inputs[0].shape.length >= 3 ? 4 : 10; // images: a few
+  const examples = await api(`/v2/models/${encodeURIComponent(name)}/examples?n=${n}`).catch(() => ({ instances: [] }));
   state.model = meta;
   state.examples = examples;
   const outputs = meta.output_names.length > 12 ? `${meta.output_names.slice(0, 12).join(", ")}, … (${meta.output_names.length})` : meta.output_names.join(", ");
@@ -194,11 +193,17 @@ function renderInput(meta) {
     const apply = (row) => inputs.forEach((input, i) => { input.value = fmt(row[i]); });
     box.append(el("div", { class: "table-form" }, ...meta.feature_names.map((f, i) => el("label", {}, f, inputs[i]))), exampleButton(apply));
     if (ex.instances.length) { apply(ex.instances[0]); next = 1; }
+  } else if (shape.length === 3 && shape[0] === 3) { // RGB, channels first
+    const range = meta.capabilities.input_range || [0, typeof ex.max === "number" && ex.max > 1 ? ex.max : 1];
+    const pad = colourPad(shape, range);
+    const canvas = pad.querySelector("canvas");
+    box.append(...[pad, exampleButton((x) => canvas.setValue(x))].filter(Boolean));
+    if (ex.instances.length) { canvas.setValue(ex.instances[0]); next = 1; }
   } else if (shape.length >= 2) {
-    const top = Array.isArray(ex.max) ? Math.max(...ex.max.flat(3)) : 1;
+    const top = typeof ex.max === "number" ? ex.max : Array.isArray(ex.max) ? Math.max(...ex.max.flat(3)) : 1;
     const pad = drawingPad(shape, top);
     const plane = (x) => (shape.length === 3 ? x[0] : x);
-    box.append(pad, exampleButton((x) => pad.querySelector("canvas").setValue(plane(x))));
+    box.append(...[pad, exampleButton((x) => pad.querySelector("canvas").setValue(plane(x)))].filter(Boolean));
     if (ex.instances.length) { pad.querySelector("canvas").setValue(plane(ex.instances[0])); next = 1; }
   } else {
     box.append(el("label", {}, "inputs (JSON list of instances)",
@@ -271,6 +276,74 @@ function drawingPad(shape, top) {
     el("p", { class: "muted", text: `${h}×${w} pixels, values 0 to ${fmt(top)}` }));
 }
 
+// An RGB image of the model's H x W (channels first, values in its input_range): shown in
+// colour, painted with a colour pen, or read from an uploaded PNG/JPEG scaled to H x W.
+function colourPad(shape, range) {
+  const [, h, w] = shape;
+  const [lo, hi] = range;
+  const cell = Math.max(1, Math.floor(240 / Math.max(h, w)));
+  const canvas = el("canvas", { class: "pad colour", width: String(w * cell), height: String(h * cell), "data-testid": "pad" });
+  const planes = [0, 1, 2].map(() => new Float32Array(h * w).fill(hi)); // white paper
+  const ctx = canvas.getContext("2d");
+  const off = document.createElement("canvas");
+  off.width = w; off.height = h;
+  const octx = off.getContext("2d");
+  const level = (v) => Math.round(255 * Math.max(0, Math.min(1, hi > lo ? (v - lo) / (hi - lo) : 0)));
+  const paint = () => {
+    const img = octx.createImageData(w, h);
+    for (let i = 0; i < h * w; i++) {
+      for (let k = 0; k < 3; k++) img.data[4 * i + k] = level(planes[k][i]);
+      img.data[4 * i + 3] = 255;
+    }
+    octx.putImageData(img, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(off, 0, 0, w * cell, h * cell);
+  };
+  const pen = el("input", { type: "color", value: "#d62728", id: "pad-colour" });
+  let drawing = false;
+  const stroke = (event) => {
+    const rect = canvas.getBoundingClientRect();
+    const c = Math.floor(((event.clientX - rect.left) / rect.width) * w), r = Math.floor(((event.clientY - rect.top) / rect.height) * h);
+    const hex = pen.value, radius = Math.max(1, Math.round(Math.max(h, w) / 32));
+    const rgb = [1, 3, 5].map((i) => lo + ((hi - lo) * parseInt(hex.slice(i, i + 2), 16)) / 255);
+    for (let rr = r - radius; rr <= r + radius; rr++) for (let cc = c - radius; cc <= c + radius; cc++) {
+      if (rr < 0 || cc < 0 || rr >= h || cc >= w) continue;
+      for (let k = 0; k < 3; k++) planes[k][rr * w + cc] = rgb[k];
+    }
+    paint();
+  };
+  canvas.addEventListener("pointerdown", (e) => { drawing = true; canvas.setPointerCapture(e.pointerId); stroke(e); });
+  canvas.addEventListener("pointermove", (e) => { if (drawing) stroke(e); });
+  canvas.addEventListener("pointerup", () => { drawing = false; });
+  const upload = el("input", { type: "file", accept: "image/png,image/jpeg", "data-testid": "upload" });
+  upload.addEventListener("change", () => {
+    const file = upload.files[0];
+    if (!file) return;
+    const img = new Image();
+    img.onload = () => {
+      octx.clearRect(0, 0, w, h);
+      octx.drawImage(img, 0, 0, w, h); // scaled to the model's size
+      const px = octx.getImageData(0, 0, w, h).data;
+      for (let i = 0; i < h * w; i++) for (let k = 0; k < 3; k++) planes[k][i] = lo + ((hi - lo) * px[4 * i + k]) / 255;
+      paint();
+      canvas.dataset.loaded = file.name;
+      URL.revokeObjectURL(img.src);
+    };
+    img.onerror = () => setStatus(`${file.name} is not an image the browser can read (PNG or JPEG)`, true);
+    img.src = URL.createObjectURL(file);
+  });
+  paint();
+  canvas.readValue = () => planes.map((p) => Array.from({ length: h }, (_, r) =>
+    Array.from(p.subarray(r * w, (r + 1) * w), (v) => Math.round(v * 1e4) / 1e4)));
+  canvas.setValue = (x) => { for (let k = 0; k < 3; k++) for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) planes[k][r * w + c] = x[k][r][c]; paint(); };
+  return el("div", {}, canvas,
+    el("div", { class: "pad-tools" },
+      el("label", { class: "inline" }, "pen", pen),
+      el("button", { type: "button", class: "secondary", onclick: () => { planes.forEach((p) => p.fill(hi)); paint(); } }, "Clear"),
+      el("label", {}, "or upload a PNG/JPEG (scaled to the model's size)", upload)),
+    el("p", { class: "muted", text: `${h}×${w} pixels in colour (3 channels), values ${fmt(lo)} to ${fmt(hi)}` }));
+}
+
 // a blank or invalid number is refused here, never sent as 0
 function numberOf(input, name) {
   const raw = input.value.trim();
@@ -302,16 +375,16 @@ function fieldInput(name, s, required, role, root = state.openapi) {
   const attrs = { "data-name": name, "data-role": role, title: s.description || "" };
   let input;
   if (s.enum) {
-    input = el("select", attrs, ...(required ? [] : [el("option", { value: "", text: s.default !== undefined ? `default (${s.default})` : "default" })]),
+    input = el("select", attrs, ...(required ? [] : [el("option", { value: "", text: s.default != null ? `default (${s.default})` : "default" })]),
       ...s.enum.map((v) => el("option", { value: JSON.stringify(v), text: String(v) })));
     input.dataset.kind = "json";
   } else if (s.type === "boolean") {
-    input = el("select", attrs, el("option", { value: "", text: `default (${s.default})` }),
+    input = el("select", attrs, el("option", { value: "", text: s.default != null ? `default (${s.default})` : "default" }),
       el("option", { value: "true", text: "true" }), el("option", { value: "false", text: "false" }));
     input.dataset.kind = "json";
   } else if (s.type === "integer" || s.type === "number") {
     input = el("input", { ...attrs, type: "number", step: s.type === "integer" ? "1" : "any",
-      min: s.minimum ?? s.exclusiveMinimum, max: s.maximum ?? s.exclusiveMaximum, placeholder: s.default !== undefined ? String(s.default) : "" });
+      min: s.minimum ?? s.exclusiveMinimum, max: s.maximum ?? s.exclusiveMaximum, placeholder: s.default != null ? String(s.default) : "" });
     input.dataset.kind = "number";
   } else if (s.type === "string") {
     input = el("textarea", { ...attrs, rows: name.length > 0 && (s.maxLength || 1000) > 200 ? "3" : "1", placeholder: s.description || "" });
@@ -400,6 +473,7 @@ async function explain() {
   try {
     const body = await api(`/v2/models/${encodeURIComponent(model)}/explain/${request.explainer}`,
       { method: "POST", body: JSON.stringify(request.body) });
+    withInputs(body, request);
     state.last = body;
     state.lastRequest = request;
     renderResult(body, request);
@@ -409,6 +483,16 @@ async function explain() {
     setStatus(err.message, true);
     $("result").dataset.state = "error";
   }
+}
+
+// A large image comes back as its digest (data null, data_digest): the page has the instances it
+// sent, so each explanation gets its own back (explanations are instance-major, k per instance).
+function withInputs(body, request) {
+  const inputs = request.body.inputs, all = body.data.explanations;
+  if (!Array.isArray(inputs) || !inputs.length) return body;
+  const k = Math.max(1, Math.round(all.length / inputs.length));
+  all.forEach((e, i) => { if (e.data === null && e.data_digest) e.data = inputs[Math.floor(i / k)]; });
+  return body;
 }
 
 async function download(format) {
@@ -455,8 +539,14 @@ function renderExplanation(e, index, featureNames, meta, request) {
   box.append(charts);
   const image = imageOf(e.data);
   const grid = image ? pixelMap(e, names, image, meta.parameters || {}) : null;
+  const rgb = grid ? rgbOf(e.data) : null;
   if (e.players) charts.append(chart("Highlighted text", highlight(e, request)));
-  if (grid) {
+  if (grid && rgb) {
+    const classes = el("p", { class: "top-classes muted", "data-testid": "top-classes" });
+    charts.append(chart("Input", el("div", {}, colourCanvas(rgb, null), classes)),
+      chart(`Attributions to ${e.output_name}`, colourAttributions(e, names, rgb, meta.parameters || {})));
+    topClasses(e.data).then((text) => { classes.textContent = text; }).catch(() => {});
+  } else if (grid) {
     const classes = el("p", { class: "top-classes muted", "data-testid": "top-classes" });
     charts.append(chart("Input", el("div", {}, heatmap(image, null, false), classes)),
       chart(`Attributions to ${e.output_name}`, heatmap(image, grid)));
@@ -491,17 +581,123 @@ function pixelMap(e, names, image, parameters) {
     e.values.forEach((v, i) => { const p = i % (h * w); grid[Math.floor(p / w)][p % w] += v; });
     return grid;
   }
-  const size = parameters.patch_size;
+  const labels = segmentLabels(e, h, w);
+  if (labels) return Array.from({ length: h }, (_, r) => Array.from({ length: w }, (_, c) => e.values[labels[r * w + c]] ?? 0));
   const patches = names.map((name) => /^patch_(\d+)_(\d+)$/.exec(name));
-  if (size && patches.every(Boolean)) {
+  if (patches.length && patches.every(Boolean)) { // patch_size, else the size the grid of names covers
+    const rows = Math.max(...patches.map((m) => +m[1])) + 1, cols = Math.max(...patches.map((m) => +m[2])) + 1;
+    const sr = parameters.patch_size || Math.ceil(h / rows), sc = parameters.patch_size || Math.ceil(w / cols);
     const grid = Array.from({ length: h }, () => new Array(w).fill(0));
     patches.forEach((m, i) => {
-      for (let r = +m[1] * size; r < Math.min(h, (+m[1] + 1) * size); r++)
-        for (let c = +m[2] * size; c < Math.min(w, (+m[2] + 1) * size); c++) grid[r][c] = e.values[i];
+      for (let r = +m[1] * sr; r < Math.min(h, (+m[1] + 1) * sr); r++)
+        for (let c = +m[2] * sc; c < Math.min(w, (+m[2] + 1) * sc); c++) grid[r][c] = e.values[i];
     });
     return grid;
   }
   return null;
+}
+
+// superpixels: details.segments {shape: [H, W], rle: [player, count, ...]} row-major -> player per pixel
+function segmentLabels(e, h, w) {
+  const seg = e.details && e.details.segments;
+  if (!seg || !Array.isArray(seg.rle) || !Array.isArray(seg.shape) || seg.shape[0] !== h || seg.shape[1] !== w) return null;
+  const labels = new Int32Array(h * w);
+  let at = 0;
+  for (let i = 0; i + 1 < seg.rle.length; i += 2) { labels.fill(seg.rle[i], at, Math.min(h * w, at + seg.rle[i + 1])); at += seg.rle[i + 1]; }
+  return at === h * w ? labels : null;
+}
+
+// pixels on a segment's edge (a neighbour right or below belongs to another segment)
+function segmentEdges(labels, h, w) {
+  const edge = new Uint8Array(h * w);
+  for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
+    const i = r * w + c;
+    if ((c + 1 < w && labels[i + 1] !== labels[i]) || (r + 1 < h && labels[i + w] !== labels[i])) edge[i] = 1;
+  }
+  return edge;
+}
+
+// an RGB instance [3][H][W] as {h, w, px: RGBA bytes}, scaled by the model's input_range
+function rgbOf(data) {
+  if (!Array.isArray(data) || data.length !== 3 || !Array.isArray(data[0]) || !Array.isArray(data[0][0])) return null;
+  const h = data[0].length, w = data[0][0].length;
+  const caps = (state.model && state.model.capabilities) || {};
+  let [lo, hi] = caps.input_range || [Infinity, -Infinity];
+  if (!caps.input_range) for (const plane of data) for (const row of plane) for (const v of row) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  if (!caps.input_range && lo >= 0 && hi <= 1) [lo, hi] = [0, 1];
+  const px = new Uint8ClampedArray(4 * h * w);
+  for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
+    const i = r * w + c;
+    for (let k = 0; k < 3; k++) px[4 * i + k] = Math.round((255 * (data[k][r][c] - lo)) / (hi - lo || 1));
+    px[4 * i + 3] = 255;
+  }
+  return { h, w, px };
+}
+
+// the image in colour on a canvas; with a grid [H][W], the attributions over a paler copy
+// (red raises, blue lowers, opaque in proportion to |value| / limit) and segment edges in yellow
+function colourCanvas(rgb, grid, limit = 1, edges = null, channel = "sum") {
+  const { h, w, px } = rgb;
+  const cell = Math.max(1, Math.floor(240 / Math.max(h, w)));
+  const off = document.createElement("canvas");
+  off.width = w; off.height = h;
+  const octx = off.getContext("2d");
+  const img = octx.createImageData(w, h);
+  for (let i = 0; i < h * w; i++) {
+    let [r, g, b] = [px[4 * i], px[4 * i + 1], px[4 * i + 2]];
+    if (grid) {
+      const v = grid[Math.floor(i / w)][i % w], t = Math.max(-1, Math.min(1, v / limit)), a = 0.9 * Math.abs(t);
+      const [cr, cg, cb] = t >= 0 ? [214, 39, 40] : [31, 119, 180];
+      [r, g, b] = [r, g, b].map((x, k) => (0.5 * x + 127.5) * (1 - a) + [cr, cg, cb][k] * a);
+    }
+    if (edges && edges[i]) [r, g, b] = [255, 214, 0];
+    img.data.set([r, g, b, 255], 4 * i);
+  }
+  octx.putImageData(img, 0, 0);
+  const canvas = el("canvas", { width: String(w * cell), height: String(h * cell), class: "image",
+    "data-testid": grid ? "heatmap" : "original", "data-channel": grid ? channel : null, "data-limit": grid ? String(limit) : null });
+  const ctx = canvas.getContext("2d");
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(off, 0, 0, w * cell, h * cell);
+  if (grid) {
+    canvas.addEventListener("mousemove", (event) => {
+      const rect = canvas.getBoundingClientRect();
+      const c = Math.floor(((event.clientX - rect.left) / rect.width) * w), r = Math.floor(((event.clientY - rect.top) / rect.height) * h);
+      if (r >= 0 && c >= 0 && r < h && c < w) canvas.title = `(${r}, ${c}) attribution ${fmt(grid[r][c])}`;
+    });
+  }
+  return canvas;
+}
+
+// the attributions over the colour image; pixel attributions (3 x H x W values) summed over the
+// channels or one channel's (r, g, b), or each in its own panel
+function colourAttributions(e, names, rgb, parameters) {
+  const { h, w } = rgb, n = e.values.length, perPixel = n === 3 * h * w;
+  const labels = segmentLabels(e, h, w);
+  const edges = labels ? segmentEdges(labels, h, w) : null;
+  const plane = (k) => Array.from({ length: h }, (_, r) => Array.from({ length: w }, (_, c) => e.values[k * h * w + r * w + c]));
+  const maps = (channels) => {
+    if (!perPixel) return [["sum", pixelMap(e, names, Array.from({ length: h }, () => new Array(w).fill(0)), parameters)]];
+    if (channels === "each") return [0, 1, 2].map((k) => ["rgb"[k], plane(k)]);
+    if (channels !== "sum") return [[channels, plane("rgb".indexOf(channels))]];
+    const [r, g, b] = [0, 1, 2].map(plane);
+    return [["sum", r.map((row, i) => row.map((v, j) => v + g[i][j] + b[i][j]))]];
+  };
+  const panels = el("div", { class: "panels", "data-testid": "heatmaps" });
+  const draw = (channels) => {
+    const shown = maps(channels);
+    const limit = Math.max(...shown.map(([, g]) => Math.max(...g.flat().map(Math.abs)))) || 1;
+    panels.replaceChildren(...shown.map(([name, g]) => el("figure", {}, colourCanvas(rgb, g, limit, edges, name),
+      el("figcaption", { class: "muted", text: name === "sum" ? (perPixel ? "summed over channels" : "") : `${name} channel` }))));
+    panels.append(el("p", { class: "legend" }, el("span", { class: "pos", text: "red raises" }), " the output, ",
+      el("span", { class: "neg", text: "blue lowers" }), ` it (±${fmt(limit)} opaque)`));
+  };
+  draw("sum");
+  if (!perPixel) return panels;
+  const select = el("select", { "data-testid": "channels" }, ...[["sum", "sum of channels"], ["r", "red"], ["g", "green"], ["b", "blue"], ["each", "each channel"]]
+    .map(([v, t]) => el("option", { value: v, text: t })));
+  select.onchange = () => draw(select.value);
+  return el("div", {}, el("label", { class: "inline" }, "channels", select), panels);
 }
 
 // the three most probable classes of an image (OIP infer on the model that explained it)
@@ -662,6 +858,7 @@ function renderDetails(details, names, request, instanceImage, instanceText) {
   const box = el("div", { class: "details" }, el("h4", { text: "Details" }));
   const documents = request && request.body && Array.isArray(request.body.documents) ? request.body.documents : null;
   for (const [key, value] of Object.entries(details)) {
+    if (key === "segments" && instanceImage) continue; // drawn on the heatmap
     let image = imageOf(value);
     if (!image && instanceImage && Array.isArray(value) && value.length && value.every((v) => typeof v === "number")) {
       const h = instanceImage.length, w = instanceImage[0].length; // a flat image, e.g. UNI's baseline
@@ -789,8 +986,8 @@ async function compare() {
   $("result").dataset.state = "loading";
   const started = performance.now();
   try {
-    const A = await run(a);
-    const B = await run(b);
+    const A = withInputs(await run(a), a);
+    const B = withInputs(await run(b), b);
     state.last = A;
     state.lastRequest = a;
     renderComparison(A, a, B, b);

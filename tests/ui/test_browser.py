@@ -303,3 +303,123 @@ def test_job_view(inprocess_server: str, page: Page) -> None:
     page.page.locator("#jobs-box").screenshot(path=str(ARTIFACTS / "job-view.png"))
     page.shot("job-page")
     assert page.errors == []
+
+
+@pytest.fixture(scope="module")
+def rgb_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server where a 3×32×32 RGB CNN is registered over HTTP with 8 stored background
+    images (tests/image_models.py), its user models in a temporary folder."""
+    import io
+
+    import numpy as np
+
+    from tests import image_models as im
+    from tests.conftest import running_server
+
+    tmp = tmp_path_factory.mktemp("rgb-server")
+    env = {
+        "REDIS_URL": None,
+        "MODEL_DIR": str(model_dir),
+        "JOB_QUEUE": "inprocess",
+        "DATABASE_URL": f"sqlite:///{tmp / 'jobs.db'}",
+        "USER_MODEL_DIR": str(tmp / "user"),
+    }
+    with running_server(env) as url:
+        background = io.BytesIO()
+        np.save(background, im.images(8, 3, 32, seed=5))
+        files = {"file": ("rgb.pt", im.torchscript_bytes(im.rgb_cnn(3, 32))),
+                 "background": ("background.npy", background.getvalue())}  # fmt: skip
+        r = httpx.post(f"{url}/v2/repository/models", data=im.image_form("rgb-32", 3, 32),
+                       files=files, timeout=120)  # fmt: skip
+        assert r.status_code == 201, r.text
+        yield url
+
+
+CANVAS_PIXELS = """(selector) => [...document.querySelectorAll(selector)].map((c) => {
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  return {width: c.width, height: c.height, data: Array.from(d)};
+})"""
+
+
+def canvases(page: Any, selector: str) -> list[Any]:
+    """Each canvas's pixels as [rows, cols, RGB] in 0-255."""
+    import numpy as np
+
+    return [
+        np.asarray(c["data"], dtype=float).reshape(c["height"], c["width"], 4)[..., :3]
+        for c in page.evaluate(CANVAS_PIXELS, selector)
+    ]
+
+
+def colourful(pixels: Any, by: float = 40) -> float:
+    """The share of pixels whose channels differ by more than `by` of 255 (not grey or black)."""
+    return float(((pixels.max(axis=-1) - pixels.min(axis=-1)) > by).mean())
+
+
+def test_rgb_model_in_colour_with_examples_upload_and_channels(
+    rgb_server: str, page: Page, tmp_path: Path
+) -> None:
+    import numpy as np
+    from PIL import Image
+
+    examples = httpx.get(f"{rgb_server}/v2/models/rgb-32/examples?n=4").json()
+    assert len(examples["instances"]) == 4 and examples["rows"] == 8
+    p = page.page
+    p.goto(f"{rgb_server}/?model=rgb-32&explainer=shapley")
+    p.wait_for_selector("#explainer option", state="attached")
+    p.wait_for_selector("#next-example")
+    assert "null" not in p.inner_text("#input-box")
+    p.click("#next-example")  # the first example is loaded already: this picks the second
+    want = np.asarray(examples["instances"][1])  # [3, 32, 32] on the input_range [0, 1]
+    (pad,) = canvases(p, "[data-testid=pad]")
+    cell = pad.shape[0] // 32
+    shown = pad[cell // 2 :: cell, cell // 2 :: cell][:32, :32]  # one sample per image pixel
+    np.testing.assert_allclose(shown, 255 * want.transpose(1, 2, 0), atol=1.0)  # in colour
+    assert colourful(shown) > 0.2
+    p.click("#options-box summary")
+    assert p.get_attribute("[data-role=option][data-name=patch_size]", "placeholder") != "null"
+    p.fill("[data-role=option][data-name=patch_size]", "4")
+    p.fill("#budget", "256")
+    p.click("#explain")
+    p.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    (original,) = canvases(p, "[data-testid=original]")
+    (heat,) = canvases(p, "[data-testid=heatmap]")
+    assert colourful(original) > 0.2 and colourful(heat) > 0.2 and heat.mean() > 40
+    assert not np.allclose(original, heat)  # the attributions are drawn over the image
+    p.wait_for_function(
+        "document.querySelector('[data-testid=top-classes]').textContent.includes('%')"
+    )
+    assert "null" not in p.inner_text("main")
+    page.shot("rgb")
+    # integrated gradients: one value per pixel and channel, summed or per channel
+    p.select_option("#explainer", "integrated-gradients")
+    p.fill("#budget", "64")
+    p.click("#explain")
+    p.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    assert p.locator("[data-testid=heatmap]").count() == 1
+    p.select_option("[data-testid=channels]", "each")
+    channels = p.eval_on_selector_all(
+        "[data-testid=heatmap]", "ns => ns.map(n => n.dataset.channel)"
+    )
+    assert channels == ["r", "g", "b"]
+    red, green, blue = canvases(p, "[data-testid=heatmap]")
+    assert all(colourful(c, 15) > 0.2 for c in (red, green, blue))
+    assert np.abs(red - green).mean() > 1 and np.abs(green - blue).mean() > 1  # each its own
+    page.shot("rgb-channels")
+    # an upload is scaled to the model's 32×32 and read as channels-first floats in [0, 1]
+    picture = np.zeros((40, 50, 3), dtype=np.uint8)
+    picture[:, :25] = (255, 0, 0)
+    picture[:, 25:] = (0, 0, 255)
+    path = tmp_path / "halves.png"
+    Image.fromarray(picture).save(path)
+    p.set_input_files("[data-testid=upload]", str(path))
+    p.wait_for_function(
+        "document.querySelector('[data-testid=pad]').dataset.loaded === 'halves.png'"
+    )
+    sent = np.asarray(p.evaluate("document.querySelector('[data-testid=pad]').readValue()"))
+    assert sent.shape == (3, 32, 32)
+    red_half, blue_half = np.zeros((3, 32, 14)), np.zeros((3, 32, 14))
+    red_half[0], blue_half[2] = 1.0, 1.0
+    np.testing.assert_allclose(sent[:, :, :14], red_half, atol=0.02)
+    np.testing.assert_allclose(sent[:, :, 18:], blue_half, atol=0.02)
+    assert page.errors == []
