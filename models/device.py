@@ -100,6 +100,14 @@ def _run(model: Model, x: torch.Tensor, backward: bool) -> None:
             torch.autograd.grad(out.sum(), x)
 
 
+def prepare_probes() -> None:
+    """Start torch's profiler once on the main thread (a no-op profile), where a process
+    calls it first: kineto then profiles other threads (the explanation workers) without
+    printing an error on stderr each time. Elsewhere: nothing."""
+    if threading.current_thread() is threading.main_thread():
+        cpu_peak_bytes(lambda: None)
+
+
 def cpu_peak_bytes(work: Callable[[], None]) -> int:
     """Peak bytes that `work` held at once in torch's CPU allocator: the allocation and free
     events of torch's memory profiler summed in order, the peak of the running sum (what was

@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from models.base import DEFAULT_MAX_BATCH_BYTES, Model, ModelNotReadyError, UnknownModelError
 from models.catalog import BUILTINS, BuiltinModel
-from models.device import place, resolve_device
+from models.device import place, prepare_probes, resolve_device
 
 if TYPE_CHECKING:
     from models.store import ModelStore
@@ -60,6 +60,7 @@ class ModelRegistry:
         if max_batch_bytes < 1:
             raise ValueError("max_batch_bytes must be positive")
         self._max_batch_bytes = max_batch_bytes
+        prepare_probes()  # models are measured in worker threads (models/device.py)
         names = [b.name for b in builtins]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
