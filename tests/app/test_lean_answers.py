@@ -100,3 +100,20 @@ def test_explain_and_plot_draws_a_lean_image(client: TestClient) -> None:
     r = client.post("/v2/plots?format=png", json=lean)  # the answer alone has no image
     assert r.status_code == 400 and "return_inputs" in r.json()["error"]
 
+
+def test_default_answer_for_a_224_image_is_under_100_kb(client: TestClient) -> None:
+    register(client, "lean-224", 3, 224)
+    x = im.images(1, 3, 224)[0]
+    # the default players and masker at the smallest budget they take (about 15 s on one
+    # quiet core: the time limit is raised so that a busy machine does not answer 504)
+    body = {"inputs": [x.tolist()], "budget": 512, "timeout_ms": 600_000}
+    lean, size = explain(client, "lean-224", body)
+    assert size < 100_000, f"{size} bytes: {sorted(lean['meta']['parameters'])}"
+    e = lean["data"]["explanations"][0]
+    assert e["data"] is None and e["data_digest"]["sha256"] == sha(x)
+    # the echo, asked for (four patches: exact in 16 evaluations)
+    asked = {**body, "return_inputs": True, "parameters": {"patch_size": 112}}
+    full, size = explain(client, "lean-224", asked)
+    echo = np.asarray(full["data"]["explanations"][0]["data"], dtype=np.float32)
+    np.testing.assert_array_equal(echo, x)  # JSON floats read back as the float32 sent
+    assert size > 150_528 * 8
