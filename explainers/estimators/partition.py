@@ -172,6 +172,12 @@ def partition(
             f"a node of the hierarchy has {widest} children; partition splits nodes of at most "
             f"{MAX_WIDTH} (2^k coalitions each)"
         )
+    root_cost = 2 if n == 1 else 1 << len(h)  # v(none), v(all) and the root's split
+    if recorder.remaining is not None and recorder.remaining < root_cost:
+        raise BudgetError(
+            f"the budget pays for {recorder.remaining} coalitions; v(none), v(all) and "
+            f"splitting the hierarchy's root take {root_cost}"
+        )
     ends = recorder(np.stack([np.zeros(n, dtype=bool), np.ones(n, dtype=bool)]))  # [2, K]
     f0, f1 = ends[0], ends[1]
     values = np.zeros((n, ends.shape[1]))
@@ -185,12 +191,6 @@ def partition(
     slicer = Slicer(recorder, distinct=False)
     order = count()
     heap: list[tuple[float, int, _Visit]] = []
-    root_cost = (1 << len(tree.children[0])) - 2
-    if remaining is not None and remaining < root_cost:
-        raise BudgetError(
-            f"the budget pays for {remaining + 2} coalitions; splitting the hierarchy's root "
-            f"takes {root_cost + 2}"
-        )
 
     def push(visit: _Visit) -> None:
         priority = -float(np.max(np.abs(visit.f11 - visit.f00))) * visit.weight

@@ -308,10 +308,10 @@ def test_wide_nodes_and_budgets_are_checked() -> None:
     n = 20
     with pytest.raises(OptionError, match="children"):
         shapley_values(Game(lambda m: m.sum(1), n, hier.flat(n)), n, estimator="partition")
-    with pytest.raises(BudgetError):
-        shapley_values(
-            Game(lambda m: m.sum(1), 6, hier.flat(6)), 6, estimator="partition", budget=10
-        )
+    wide = Game(lambda m: m.sum(1), 6, hier.flat(6))
+    with pytest.raises(BudgetError, match="root take 64"):
+        shapley_values(wide, 6, estimator="partition", budget=10)
+    assert wide.rows == 0  # refused before any model call
     with pytest.raises(BudgetError):
         choose_estimator("partition", 8, 3)
     with pytest.raises(OptionError, match="target_se"):
