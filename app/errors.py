@@ -15,7 +15,7 @@ from starlette.routing import Match
 
 from explainers.games import BudgetError, Cancelled, ExplainerError, NotDifferentiableError
 from explainers.registry import UnknownExplainerError, UnsupportedModelError
-from models.base import ModelError, ModelNotReadyError, UnknownModelError
+from models.base import ModelError, ModelNotReadyError, RowTooLargeError, UnknownModelError
 from models.remote import RemoteModelError
 from models.remote_text import NoTokenizerError
 
@@ -115,7 +115,7 @@ def from_library(exc: Exception) -> ApiError:
     if isinstance(exc, UnsupportedModelError):
         status = 422 if exc.code == "not_differentiable" else 400
         return ApiError(str(exc), code=exc.code).with_status(status)
-    if isinstance(exc, BudgetError):
+    if isinstance(exc, BudgetError | RowTooLargeError):  # cannot fit, said before computing
         return ApiError(str(exc), code="budget_too_small")
     if isinstance(exc, Cancelled):  # withdrawn work (a cancelled job): nobody waits for it
         return ApiError(str(exc), code="cancelled").with_status(503)

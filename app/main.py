@@ -159,7 +159,9 @@ def resumes_here() -> bool:
 def create_app(settings: Settings | None = None, registry: ModelRegistry | None = None) -> FastAPI:
     """Build the service; nothing heavy happens until the app starts."""
     settings = settings or Settings()
-    registry = registry or ModelRegistry(settings.model_dir, device=settings.device)
+    registry = registry or ModelRegistry(
+        settings.model_dir, device=settings.device, max_batch_bytes=settings.max_batch_bytes
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

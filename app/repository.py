@@ -361,7 +361,8 @@ async def _store(request: Request, decl: Declaration, files: dict[str, bytes]) -
 
     def build() -> tuple[Model, dict[str, Any]]:
         try:
-            return register_model(decl, files, registry.device)  # the test pass: there
+            # the test pass: there, under the server's MAX_BATCH_BYTES
+            return register_model(decl, files, registry.device, registry.max_batch_bytes)
         except ModelError as exc:
             raise InvalidInput(str(exc), code="invalid_model") from None
 

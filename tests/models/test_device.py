@@ -92,7 +92,8 @@ def test_cpu_registry_matches_the_default(model_dir: Path, spec: str) -> None:
     for name in ("diabetes-mlp", "breast-cancer-mlp", "digits-cnn"):
         a, b = before.get(name), placed.get(name)
         assert b.device == torch.device("cpu") and b.info["device"] == "cpu"
-        assert (a.version, a.batch_size, a.row_bytes) == (b.version, b.batch_size, 0)
+        assert (a.version, a.batch_size, a.row_bytes) == (b.version, b.batch_size, b.row_bytes)
+        assert b.row_bytes > 0  # measured on the CPU too (MAX_BATCH_BYTES)
         assert b.rows_per_pass() == b.batch_size
         x = a.reference[:300] if a.reference is not None else None
         assert x is not None
