@@ -27,6 +27,7 @@ from app.plots import (
     interaction_matrix,
     labels,
     num,
+    segment_edges,
     segment_labels,
     title,
     top,
@@ -141,10 +142,8 @@ def _heatmap(v: View, classes: Classes, channels: str, value_range: Range) -> An
     labels = segment_labels(v, *grey.shape)
     edges = None
     if labels is not None:
-        from skimage.segmentation import find_boundaries
-
         edges = np.zeros((*grey.shape, 4))
-        edges[find_boundaries(labels, mode="inner")] = (1.0, 0.84, 0.0, 0.9)
+        edges[segment_edges(labels)] = (1.0, 0.84, 0.0, 0.9)
     panels = 1 + len(maps)
     fig = Figure(figsize=(4 * panels, 4.4))
     axes = [fig.add_subplot(1, panels, k + 1) for k in range(panels)]

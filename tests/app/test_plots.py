@@ -539,3 +539,25 @@ def test_pixel_attributions_per_channel_or_summed(rgb_client: TestClient) -> Non
     assert refused.status_code == 400
     refused = rgb_client.post("/v2/plots?format=png&channels=x", json=shapley)
     assert refused.status_code == 422
+
+
+def test_superpixels_of_a_real_explanation(rgb_client: TestClient) -> None:
+    from app.plots import segment_labels, view
+    from app.schemas import ExplainResponse
+    from tests import image_models as im
+
+    x = im.images(1, 3, 16, seed=4)[0].tolist()
+    body = {"inputs": [x], "parameters": {"players": "superpixels", "n_segments": 8}}
+    out = rgb_client.post("/v2/models/rgb-16/explain/shapley", json=body)
+    assert out.status_code == 200, out.text
+    real = out.json()
+    labels = segment_labels(view(ExplainResponse.model_validate(real), 0), 16, 16)
+    assert labels is not None
+    values = np.asarray(real["data"]["explanations"][0]["values"])
+    spec = rgb_client.post("/v2/plots?format=vega-lite", json=real).json()
+    vega_lite_validator().validate(spec)
+    for cell in spec["data"]["values"]:  # every pixel painted with its superpixel's value
+        assert cell["value"] == pytest.approx(values[labels[cell["row"], cell["col"]]])
+    assert any(cell["edge"] for cell in spec["data"]["values"])
+    png = rgb_client.post("/v2/plots?format=png", json=real)
+    assert png.status_code == 200 and Image.open(io.BytesIO(png.content)).format == "PNG"
