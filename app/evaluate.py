@@ -191,7 +191,18 @@ def _run(svc: ExplainService, name: str, body: EvaluateRequest) -> dict[str, Any
             raise ApiError(
                 f"explainer: {exc.errors()[0]['msg']}", code="validation_error"
             ).with_status(422) from None
-        answer = svc.explain(name, spec.name, req, use_cache=False).response
+        from app.service import Outcome  # app.service imports this module
+
+        # Bounded as an explain request is: timeout_ms, else the server's DEFAULT_TIMEOUT_MS.
+        prepared = svc.prepare(
+            name,
+            spec.name,
+            req,
+            use_cache=False,
+            default_timeout_ms=svc.settings.default_timeout_ms,
+        )
+        outcome = prepared if isinstance(prepared, Outcome) else svc.compute(prepared)
+        answer = outcome.response
         figures = [
             {"output_index": e.output_index, **(e.details or {})["evaluation"]}
             for e in answer.data.explanations

@@ -207,7 +207,7 @@ def _integrated_gradients(
     """IG of target(f(.)) from baseline to x per input feature (explainers/gradients.py,
     Gauss-Legendre as captum's default). Inputs move to the model's device (a no-op on the
     CPU); gradients flow back to them through the move. float64 [n_features]"""
-    from explainers.gradients import integrated_gradients
+    from explainers.gradients import backward_rows, integrated_gradients
 
     module, device = model.torch_module(), model.device
 
@@ -216,7 +216,8 @@ def _integrated_gradients(
 
     x64 = np.asarray(x, dtype=np.float64)
     base = np.asarray(baseline, dtype=np.float64)[None]
-    values = integrated_gradients(score, x64, base, 0, steps, "gausslegendre", model.batch_size)
+    rows = backward_rows(model, model.batch_size)[0]  # backward passes, from MAX_BATCH_BYTES
+    values = integrated_gradients(score, x64, base, 0, steps, "gausslegendre", rows)
     return values.reshape(-1)
 
 
@@ -366,7 +367,7 @@ def _shapley_one(
             return tgt(model.predict(rows))[:, None]
 
         ref = _baseline(model, x, options)[None]
-        game = MaskedModelGame(scored, x, ref, groups, model.batch_size)
+        game = MaskedModelGame(scored, x, ref, groups, model.rows_per_pass())
         n, names = len(patch_names), tuple(patch_names)
     b = default_budget(n, 1, options.estimator) if budget is None else budget
     choose_estimator(options.estimator, n, b, 1)

@@ -35,6 +35,7 @@ from explainers.estimators import exact
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span
 from explainers.games import BudgetError, GameRecorder
 from explainers.games.deadlines import check_deadline
+from explainers.games.masked import default_patch_size
 from explainers.maskers import MaskedModelGame, patch_groups
 from explainers.masking import MaskerOptions, masker_references
 from explainers.options import ExplainerOptions
@@ -78,7 +79,12 @@ class SufficientOptions(ExplainerOptions):
     masker: MaskerOptions | None = Field(
         None, description="default: background for tabular models, a zero baseline for images"
     )
-    patch_size: int = Field(2, ge=1, le=64, description="image models: side of a square patch")
+    patch_size: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="image models: side of a square patch; default max(2, ceil(max(H, W) / 16))",
+    )
     players: Literal["words", "tokens"] = Field(
         "words", description="text models: the players are the words or the tokenizer's tokens"
     )
@@ -118,7 +124,8 @@ def _array_instances(
     )
     references, masker_echo = masker_references(model, masker, background)
     if model.modality == "image":
-        groups, names = patch_groups(model.input_shape, options.patch_size)
+        patch = options.patch_size or default_patch_size(model.input_shape)
+        groups, names = patch_groups(model.input_shape, patch)
     else:
         groups, names = np.arange(model.n_features), list(model.feature_names)
 
@@ -138,7 +145,9 @@ def _array_instances(
 
     instances = [
         _Instance(
-            MaskedModelGame(predict, x, references, groups, model.batch_size, model.input_dtype),
+            MaskedModelGame(
+                predict, x, references, groups, model.rows_per_pass(), model.input_dtype
+            ),
             len(names),
             direct_for(x),
         )
@@ -146,6 +155,8 @@ def _array_instances(
     ]
     drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
     echo = {**options.echo(drop=drop), "masker": masker_echo}
+    if model.modality == "image":
+        echo["patch_size"] = patch
     return instances, names, echo, len(references)
 
 
