@@ -86,7 +86,7 @@ class ExplainRequestBase(BaseModel):
         le=3_600_000,
         description="time limit from arrival: 504 when it passes, or for the sampled Shapley "
         "estimators (permutation, kernel) the anytime estimate of the rounds completed so far "
-        "(meta.partial true, not cached)",
+        "(meta.partial true, not cached); default: the server's DEFAULT_TIMEOUT_MS (60 s)",
     )
     return_inputs: bool = Field(
         False,
@@ -201,7 +201,7 @@ class ExplanationOut(BaseModel):
         default_factory=list,
         description="reasons to trust this explanation less (empty when there are none): "
         "noisy_estimate, flat_game, input_out_of_range, estimator_fallback, "
-        "baseline_not_reached, not_converged, prior_misfit",
+        "baseline_not_reached, not_converged, prior_misfit, partition_truncated",
     )
     exact: bool
     estimator: str

@@ -44,7 +44,9 @@ class ShapleyOptions(ExplainerOptions):
         description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
         "exact when 2^n coalitions fit the budget, else gp below 3n coalitions and kernel from "
         "3n (SV), or the index's default sampler; svarm is for interaction indices only; "
-        "tree: exact TreeSHAP (path-dependent; interventional with background rows)",
+        "tree: exact TreeSHAP (path-dependent; interventional with background rows); "
+        "partition: Owen values over a hierarchy of players (image patches by position, words "
+        "in order; shap's PartitionExplainer), never chosen by auto",
     )
     output: Literal["auto", "prediction", "margin"] = Field(
         "auto",
