@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from explainers import gradients, shapley
 from explainers.games.masked import patch_groups
 from models.base import Model
+from models.device import place
 from tests import image_models as im
 
 SIZE, CLASSES, PATCH, BOX = 224, 5, 14, 17
@@ -97,6 +98,9 @@ def make_model(width: int) -> tuple[Model, Counted]:
         module=counted,
         input_range=(0.0, 1.0),
     )
+    # Placed as the server places it: rows per call measured against MAX_BATCH_BYTES (256 MiB).
+    model = place(model, torch.device("cpu"))
+    counted.rows = 0  # the placement's probe rows are not an explainer's evaluations
     return model, counted
 
 
