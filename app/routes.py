@@ -27,6 +27,7 @@ from app.errors import (
 from app.logging import current_request_id
 from app.readiness import mark_ready, missing_models, processes_waiting
 from app.schemas import (
+    ECHO_LIMIT,
     ExplainerInfo,
     ExplainRequestBase,
     ExplainResponse,
@@ -133,7 +134,11 @@ def metadata(model: Model) -> ModelMetadata:
         outputs=[TensorMeta(name="output", datatype="FP32", shape=[-1, model.n_outputs])],
         modality=model.modality,
         task=model.task,
-        feature_names=list(model.feature_names),
+        # An image's pixel names (x0, x1, ...) say nothing its input shape does not: past
+        # ECHO_LIMIT values they are left out (1.5 MB of names at 3x224x224).
+        feature_names=[]
+        if model.modality == "image" and model.n_features > ECHO_LIMIT
+        else list(model.feature_names),
         output_names=list(model.output_names),
         explainers=catalog(model),
         capabilities={

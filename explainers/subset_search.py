@@ -110,7 +110,7 @@ class OwnOptions(Protocol):
     @property
     def masker(self) -> object: ...
     @property
-    def patch_size(self) -> int: ...
+    def patch_size(self) -> int | None: ...
 
 
 def own_subsets(model: Model, inputs: np.ndarray, options: OwnOptions) -> list[np.ndarray | None]:
@@ -122,7 +122,7 @@ def own_subsets(model: Model, inputs: np.ndarray, options: OwnOptions) -> list[n
 
     if not has_own_subset(model):
         raise OptionError(f"model {model.name!r} does not output its own sufficient subset")
-    if options.masker is not None or options.patch_size != 2:
+    if options.masker is not None or options.patch_size not in (None, 2):
         raise OptionError("search 'own': the model's subsets are 2x2 patches with a zero baseline")
     return list(own_subset(model, inputs))
 

@@ -169,6 +169,8 @@ def test_the_size_limit_is_3x512x512(client: TestClient) -> None:
     register(client, "rgb-512", 3, 512, width=2)
     meta = client.get("/v2/models/rgb-512").json()
     assert meta["inputs"][0]["shape"] == [-1, 3, 512, 512]
+    assert meta["feature_names"] == []  # 786,432 pixel names would be 8.5 MB of metadata
+    assert len(client.get("/v2/models/rgb-512").content) < 100_000
 
 
 class _Pooled(torch.nn.Module):
