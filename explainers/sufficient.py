@@ -37,7 +37,7 @@ from explainers.games import BudgetError, GameRecorder
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import default_patch_size
 from explainers.maskers import MaskedModelGame, patch_groups
-from explainers.masking import MaskerOptions, masker_references
+from explainers.masking import MaskerOptions, default_masker, resolve
 from explainers.options import ExplainerOptions
 from explainers.subset_search import Criterion, exact_search, greedy_search, player_order
 from models.base import Model, TextModel
@@ -77,7 +77,9 @@ class SufficientOptions(ExplainerOptions):
         "background rows (each row filling the absent players; Anchors' precision)",
     )
     masker: MaskerOptions | None = Field(
-        None, description="default: background for tabular models, a zero baseline for images"
+        None,
+        description="default: background for tabular models, blur for images with a side over "
+        "32 px, else a zero baseline",
     )
     patch_size: int | None = Field(
         None,
@@ -116,13 +118,7 @@ class _Instance:
 def _array_instances(
     model: Model, inputs: np.ndarray, options: SufficientOptions, background: np.ndarray | None
 ) -> tuple[list[_Instance], list[str], dict[str, Any], int]:
-    use_background = background is not None or (
-        model.modality != "image" and model.background is not None
-    )
-    masker = options.masker or MaskerOptions(
-        type="background" if use_background else "baseline"
-    )
-    references, masker_echo = masker_references(model, masker, background)
+    masking = resolve(model, options.masker or default_masker(model, background), background)
     if model.modality == "image":
         patch = options.patch_size or default_patch_size(model.input_shape)
         groups, names = patch_groups(model.input_shape, patch)
@@ -132,9 +128,9 @@ def _array_instances(
     def predict(rows: np.ndarray) -> np.ndarray:
         return _with_hits(model.predict(rows))
 
-    def direct_for(x: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def direct_for(x: np.ndarray, references: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         flat = np.asarray(x, dtype=model.input_dtype).reshape(-1)
-        refs = np.asarray(references, dtype=model.input_dtype).reshape(len(references), -1)
+        refs = references.reshape(masking.cost, -1)
 
         def direct(mask: np.ndarray) -> np.ndarray:  # the verifying call, not through the game
             check_deadline()
@@ -143,21 +139,19 @@ def _array_instances(
 
         return direct
 
-    instances = [
-        _Instance(
-            MaskedModelGame(
-                predict, x, references, groups, model.rows_per_pass(), model.input_dtype
-            ),
-            len(names),
-            direct_for(x),
+    def instance(x: np.ndarray) -> _Instance:
+        references = masking.references(model, x)  # fixed rows, or the blur of x (built once)
+        game = MaskedModelGame(
+            predict, x, references, groups, model.rows_per_pass(), model.input_dtype
         )
-        for x in inputs
-    ]
+        return _Instance(game, len(names), direct_for(x, references))
+
+    instances = [instance(x) for x in inputs]
     drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
-    echo = {**options.echo(drop=drop), "masker": masker_echo}
+    echo = {**options.echo(drop=drop), "masker": masking.echo}
     if model.modality == "image":
         echo["patch_size"] = patch
-    return instances, names, echo, len(references)
+    return instances, names, echo, masking.cost
 
 
 def _text_instances(
