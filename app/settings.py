@@ -109,6 +109,12 @@ class Settings(BaseSettings):
         description="a server-side folder of Hugging Face checkpoints that registrations may name "
         "by `uri` (models beyond the upload size); unset: `uri` is refused",
     )
+    # Tenancy (issue 27): whose cached answers a request may be served.
+    cache_scope: Literal["shared", "key"] = Field(
+        "shared",
+        description="shared: one explanation cache for every API key (a hit shows that some "
+        "key asked the same before); key: each key's answers are its own",
+    )
 
     @field_validator("device")
     @classmethod
