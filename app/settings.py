@@ -115,6 +115,28 @@ class Settings(BaseSettings):
         description="shared: one explanation cache for every API key (a hit shows that some "
         "key asked the same before); key: each key's answers are its own",
     )
+    # No lost jobs (issue 27): chunk leases, attempts and the sweeper (app/jobs/leases.py).
+    job_lease_s: float = Field(
+        30,
+        gt=0,
+        description="a running chunk's lease, renewed every third of it; a chunk "
+        "whose lease lapses (its worker died) is queued again by the sweeper",
+    )
+    job_max_attempts: int = Field(
+        3,
+        ge=1,
+        description="attempts of a chunk that fail (an error, or its worker died) "
+        "before the job fails with the last error",
+    )
+    job_sweep_interval_s: float = Field(
+        10, gt=0, description="how often workers look for chunks that no worker holds"
+    )
+    job_store_retry_s: float = Field(
+        60,
+        ge=0,
+        description="how long a chunk retries writing its results while the job "
+        "database is unavailable before it is put back in the queue",
+    )
 
     @field_validator("device")
     @classmethod

@@ -1,14 +1,18 @@
-"""python -m worker [--concurrency N]: run job chunks from the Redis queue."""
+"""python -m worker [--concurrency N]: run job chunks from the Redis queue, and sweep (queue
+again the chunks that no worker holds: app/jobs/sweeper.py)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 
+from celery import Task
+
 from app.cache import MemoryCache, RedisCache
 from app.jobs.queue import TASK_NAME
 from app.jobs.runner import JobContext, run_chunk
 from app.jobs.store import JobStore
+from app.jobs.sweeper import Sweeper
 from app.metrics import Heartbeat, Metrics
 from app.service import ExplainService
 from app.settings import Settings
@@ -47,9 +51,24 @@ def main() -> None:
     app = make_celery(settings.redis_url, settings.job_visibility_timeout_s)
     Heartbeat(settings.redis_url).start()  # /metrics: worker_heartbeat_timestamp_seconds
 
-    @app.task(name=TASK_NAME)
-    def chunk_task(job_id: str, chunk: int) -> None:
-        run_chunk(ctx, job_id, chunk)
+    @app.task(name=TASK_NAME, bind=True, max_retries=None)
+    def chunk_task(
+        self: Task, job_id: str, chunk: int, previous: str | None = None, retries: int = 0
+    ) -> None:
+        """One chunk; a chunk that could not write or whose attempt failed (attempts left)
+        goes back to the queue after its backoff, not acknowledged as done."""
+        retry = run_chunk(ctx, job_id, chunk, previous, retries)
+        if retry is not None:
+            raise self.retry(
+                countdown=retry.delay_s,
+                kwargs={"previous": retry.previous, "retries": retries + 1},
+            )
+
+    def enqueue(job_id: str, chunk: int) -> None:
+        app.send_task(TASK_NAME, args=[job_id, chunk])
+
+    lost_after_s = float(settings.job_visibility_timeout_s)
+    Sweeper(ctx, enqueue, lost_after_s, settings.job_sweep_interval_s).start()
 
     app.worker_main(
         [

@@ -1,5 +1,6 @@
 """The Celery application: Redis broker, late acknowledgement so a killed worker's chunk runs
-again elsewhere (results are idempotent per instance, so a rerun never duplicates)."""
+again elsewhere (results are idempotent per instance, so a rerun never duplicates); the
+chunk leases and the sweeper (app/jobs/leases.py, sweeper.py) catch what redelivery misses."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ def make_celery(broker_url: str, visibility_timeout_s: int) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        # a broker that does not answer: the submission is a 503 within seconds
+        broker_transport_options={
+            "visibility_timeout": visibility_timeout_s,
+            "socket_connect_timeout": 5,
+        },
         broker_connection_retry_on_startup=True,
         task_serializer="json",
         accept_content=["json"],

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from app.cache import CacheUnavailable
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
 from app.inputs import resolve_targets, to_array
-from app.jobs.context import CancelWatch, JobContext
+from app.jobs.context import CancelWatch, JobContext, store_results
 from app.jobs.store import Job, JobStore
 from app.schemas import ExplainResponse, request_model, spec_fields
 from app.service import ExplainService, Prepared
@@ -167,16 +167,30 @@ def _compute(
         except ApiError as exc:
             if isinstance(exc.__cause__, Cancelled):
                 raise exc.__cause__ from None
+            crash = exc.__cause__
+            if crash is not None and model_crashed(crash):  # the attempt fails (retried)
+                store_results(ctx, job.id, pending)  # what was computed before stays
+                raise crash from None
             pending[i] = {"error": exc.message, "code": exc.code}
         if count % WRITE_EVERY == 0:
             if watch(fresh=True):  # nothing is stored after a cancel
                 return
             flush()
-            ctx.store.add_results(job.id, pending)
+            store_results(ctx, job.id, pending)
             pending = {}
     if not watch(fresh=True):
         flush()
-        ctx.store.add_results(job.id, pending)
+        store_results(ctx, job.id, pending)
+
+
+def model_crashed(exc: BaseException | None) -> bool:
+    """Whether a model call failed because its model worker died or hit a limit (a crash,
+    not an answer about this instance): models/sandbox's ModelWorkerError."""
+    try:
+        from models.sandbox.pool import ModelWorkerError
+    except ImportError:  # a build without model workers
+        return False
+    return isinstance(exc, ModelWorkerError)
 
 
 def top_k_bootstrap(

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.errors import ApiError, InvalidInput, Unprocessable
 from app.inputs import to_array
-from app.jobs.context import JobContext, cancelled
+from app.jobs.context import JobContext, cancelled, store_results
 from app.jobs.store import Job, JobStore
 from app.service import ExplainService
 from explainers.explanation import OptionError
@@ -74,7 +74,7 @@ def _progress(ctx: JobContext, job: Job) -> Callable[[dict[str, Any]], bool]:
 
     def progress(record: dict[str, Any]) -> bool:
         nonlocal count
-        ctx.store.add_results(job.id, {count: record})
+        store_results(ctx, job.id, {count: record})
         count += 1
         return not (ctx.service.stopping.is_set() or cancelled(ctx, job.id))
 
@@ -84,7 +84,7 @@ def _progress(ctx: JobContext, job: Job) -> Callable[[dict[str, Any]], bool]:
 def _add_artifact(ctx: JobContext, job: Job, info: ArtifactInfo) -> None:
     """The job's last result: the stored artifact that answers."""
     result = {"artifact": info.id, "model_version": info.model_version, "config": info.config}
-    ctx.store.add_results(job.id, {job.total - 1: {**result, "metrics": info.metrics}})
+    store_results(ctx, job.id, {job.total - 1: {**result, "metrics": info.metrics}})
 
 
 def _artifact_summary(store: JobStore, job: Job, method: str, *config: str) -> dict[str, Any]:
@@ -180,7 +180,8 @@ def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
                 )
             )
 
-    ctx.store.add_results(
+    store_results(
+        ctx,
         job.id,
         {
             0: {
@@ -258,7 +259,7 @@ def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
             return
         info = store.save(model, trained)
     else:
-        ctx.store.add_results(job.id, dict(enumerate(info.history)))
+        store_results(ctx, job.id, dict(enumerate(info.history)))
     _add_artifact(ctx, job, info)
 
 
