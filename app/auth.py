@@ -4,6 +4,10 @@ Configure API_KEYS as JSON: [{"name": "ops", "sha256": "<hex digest>", "scopes":
 `python -m app.auth KEY` prints a key's digest. Scopes: explain (explain, infer, read),
 jobs (also explain), admin (everything: register and remove models, train, metrics).
 With no keys configured every route is open (local use), and the service logs so.
+
+The key that made a request is its tenant: jobs belong to it (app/jobs/routes.py), the access
+log names it (app/logging.py) and, with CACHE_SCOPE=key, cached answers are its own. Its name
+follows the request into worker threads as a context variable (`current_key_name`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import hashlib
 import hmac
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from fastapi.responses import JSONResponse
@@ -20,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 SCOPES = ("explain", "jobs", "admin")
 GRANTS = {"explain": {"explain"}, "jobs": {"explain", "jobs"}, "admin": set(SCOPES)}
 PUBLIC = ("/v2/health/", "/docs", "/redoc", "/openapi.json")
+KEY_NAME: ContextVar[str | None] = ContextVar("api_key_name", default=None)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,36 @@ def parse_keys(raw: str | None) -> list[ApiKey]:
             raise ValueError(f"API key {entry.get('name')!r}: scopes must be among {SCOPES}")
         keys.append(ApiKey(entry["name"], bytes.fromhex(entry["sha256"]), scopes))
     return keys
+
+
+def current_key_name() -> str | None:
+    """The name of the key the running request (or job) acts for; None when open."""
+    return KEY_NAME.get()
+
+
+@contextmanager
+def acting_as(name: str | None) -> Iterator[None]:
+    """Run as key `name` (a job's owner while its chunk runs: the cache scope follows it)."""
+    token = KEY_NAME.set(name)
+    try:
+        yield
+    finally:
+        KEY_NAME.reset(token)
+
+
+def is_admin(key: ApiKey | None) -> bool:
+    """Whether a request sees every tenant's jobs: an admin key, or no keys configured."""
+    return key is None or "admin" in key.scopes
+
+
+def presented_key(scope: Scope) -> str | None:
+    """The secret a request carries: `Authorization: Bearer ...` or `X-API-Key`."""
+    headers = dict(scope["headers"])
+    presented = headers.get(b"x-api-key", b"").decode("latin-1") or None
+    bearer = headers.get(b"authorization", b"").decode("latin-1")
+    if bearer.lower().startswith("bearer "):
+        presented = bearer[7:].strip()
+    return presented
 
 
 def required_scope(method: str, path: str) -> str | None:
@@ -85,15 +123,14 @@ class ApiKeyAuth:
             await self.app(scope, receive, send)
             return
         needed = required_scope(scope["method"], scope["path"])
+        key = find_key(self.keys, presented_key(scope))
+        if key is not None:  # the access log names it, a refusal included
+            scope.setdefault("state", {})["api_key"] = key
         if needed is None:
-            await self.app(scope, receive, send)
+            # Public routes answer without a key; one that comes is valid or ignored (the
+            # readiness route names models only to a key holder: app/readiness.py).
+            await self._call(key, scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        presented = headers.get(b"x-api-key", b"").decode() or None
-        bearer = headers.get(b"authorization", b"").decode()
-        if bearer.lower().startswith("bearer "):
-            presented = bearer[7:].strip()
-        key = find_key(self.keys, presented)
         if key is None:
             response = JSONResponse(
                 {"error": "missing or invalid API key", "code": "unauthorized"},
@@ -106,10 +143,16 @@ class ApiKeyAuth:
                 status_code=403,
             )
         else:
-            scope.setdefault("state", {})["api_key"] = key
-            await self.app(scope, receive, send)
+            await self._call(key, scope, receive, send)
             return
         await response(scope, receive, send)
+
+    async def _call(self, key: ApiKey | None, scope: Scope, receive: Receive, send: Send) -> None:
+        token = KEY_NAME.set(None if key is None else key.name)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            KEY_NAME.reset(token)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""Response cache: a Redis implementation and an in-process LRU (the embedded default)."""
+"""Response cache: a Redis implementation and an in-process LRU (the embedded default).
+
+CACHE_SCOPE (app/settings.py): `shared`, one cache for every API key, so that a cache hit (meta
+`cache: "hit"`, `X-Cache: HIT`, a fast answer) tells a key that some key asked the same
+question of the same model version before; `key`, the requesting key's name is part of every
+cache key (`scope_part`), so each key hits only on what it asked itself.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import redis
 import redis.asyncio
 
+from app.auth import current_key_name
+
 log = logging.getLogger(__name__)
 ID_SLOT = b'"id": ""'  # where a stored answer's per-request id goes (json.dumps' separators)
 
@@ -25,6 +33,19 @@ def cache_key(parts: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of everything that determines an answer."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
     return "attr:v1:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def scope_tag(scope: str) -> str:
+    """Whose answers the running request may be served: the key's name with CACHE_SCOPE=key,
+    "" when shared (or when the service is open: no keys, no tenants). A job acts as its owner
+    (app/auth.py acting_as)."""
+    return (current_key_name() or "") if scope == "key" else ""
+
+
+def scope_part(scope: str) -> dict[str, str]:
+    """The part of cache_key's input that scopes it (nothing when shared: keys as before)."""
+    tag = scope_tag(scope)
+    return {"api_key": tag} if tag else {}
 
 
 def spliced(blob: bytes, request_id: str, cache: str, was: str = "miss") -> bytes | None:

@@ -4,7 +4,8 @@ Every request gets an id: the caller's `X-Request-ID` when it is a sane token, e
 The response echoes it in `X-Request-ID`, explain answers carry it as `id`, and every log line
 written while the request runs has it as `request_id` (a context variable follows the request
 into worker threads). One access line per request: method, route, status, duration, model,
-explainer.
+explainer, and `key`: the name of the API key that made it (app/auth.py), "-" when it carried
+no valid key or the service is open. Never the secret or its digest.
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ def configure(level: str = "info", fmt: str = "json") -> None:
         logger.handlers[:] = []
         logger.propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # our access line has more
+
+
+def key_name(scope: Scope) -> str:
+    """The access line's `key`: the presented key's name (from API_KEYS), else "-"."""
+    key = (scope.get("state") or {}).get("api_key")
+    name = getattr(key, "name", None)
+    return name if isinstance(name, str) else "-"
 
 
 def _route(scope: Scope) -> str:
@@ -158,6 +166,7 @@ class RequestContext:
                     "model": params.get("model"),
                     "explainer": explainer,
                     "client": (scope.get("client") or ("", 0))[0],
+                    "key": key_name(scope),
                 },
             )
             REQUEST_ID.reset(token)

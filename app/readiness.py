@@ -6,12 +6,20 @@ The processes share one listening socket, so a probe reaches any of them: one pr
 (ATTRIBUTION_READY_DIR, one file per pid); the service is ready once ATTRIBUTION_PROCESSES
 live processes have marked it. A single process has neither variable and answers for itself,
 and so does each process when models load on first use (LOAD_MODELS_ON_START=false).
+
+The readiness route is public: without a valid API key (when keys are configured) its body
+counts models by state instead of naming them (`public_body`), so a probe learns whether the
+service is ready, not which models it serves.
 """
 
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from app.auth import parse_keys
 
 READY_DIR_ENV = "ATTRIBUTION_READY_DIR"
 PROCESSES_ENV = "ATTRIBUTION_PROCESSES"
@@ -50,3 +58,30 @@ def processes_waiting() -> tuple[int, int] | None:
     pids = [int(p.name) for p in Path(folder).iterdir() if p.name.isdigit()]
     ready = sum(1 for pid in pids if _alive(pid))
     return None if ready >= int(expected) else (ready, int(expected))
+
+
+def model_counts(status: dict[str, dict[str, object]]) -> dict[str, int]:
+    """How many models are loaded, loading (not loaded, no error yet) and failed."""
+    loaded = sum(1 for st in status.values() if st["loaded"])
+    failed = sum(1 for st in status.values() if not st["loaded"] and st.get("error"))
+    return {"loaded": loaded, "loading": len(status) - loaded - failed, "failed": failed}
+
+
+def public_body(body: dict[str, Any], missing: list[str]) -> dict[str, Any]:
+    """A readiness body without model names (nor their load errors, which may hold paths):
+    `models` becomes counts, and "models not loaded" says how many."""
+    out = {**body, "models": model_counts(body["models"])}
+    if out.get("code") == "not_ready" and missing:
+        out["error"] = f"models not loaded: {len(missing)}"
+    return out
+
+
+@lru_cache(maxsize=4)
+def _keys_configured(api_keys: str | None) -> bool:
+    return bool(parse_keys(api_keys))
+
+
+def may_name_models(api_keys: str | None, key: object | None) -> bool:
+    """Whether the readiness body may name models: a valid key came (app/auth.py sets it on
+    public routes too), or no keys are configured (everything is open anyway)."""
+    return key is not None or not _keys_configured(api_keys)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from app.cache import Cache, CacheUnavailable, cache_key, hit_answer, spliced
+from app.cache import Cache, CacheUnavailable, cache_key, hit_answer, scope_part, spliced
 from app.errors import (
     ApiError,
     GatewayTimeout,
@@ -223,6 +223,7 @@ class ExplainService:
                 # `data` echoes large instances only when asked (app/schemas.py ECHO_LIMIT)
                 **({"return_inputs": True} if getattr(req, "return_inputs", False) else {}),
                 **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
+                **scope_part(s.cache_scope),  # CACHE_SCOPE=key: the key's own answers
             }
         )
         request_id = req.id or current_request_id() or uuid.uuid4().hex

@@ -1,4 +1,9 @@
-"""Job routes (API.md): submit, status, results as JSON lines, cancel, list."""
+"""Job routes (API.md): submit, status, results as JSON lines, cancel, list.
+
+A job belongs to the key that submitted it: a `jobs` key lists, reads and cancels only its own
+(another's is 404, as if unknown), an admin key every job; with no keys configured all are
+open. Idempotency keys are per key.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app import job_plots, job_tables
+from app.auth import ApiKey, is_admin
 from app.errors import (
     ERROR_RESPONSES,
     ApiError,
@@ -57,7 +63,7 @@ class JobRequest(BaseModel):
     )
     target: int | str | list[int | str] | None = Field(
         None,
-        description="audit: an output (index or name), a list of outputs or \"all\" for "
+        description='audit: an output (index or name), a list of outputs or "all" for '
         "every row (each row's result then holds `explanations`, one per output in that "
         "order); default: each row's predicted class (classifiers) or the single output",
     )
@@ -111,6 +117,18 @@ def status_of(job: Job) -> JobStatus:
 def _parts(request: Request) -> tuple[ExplainService, JobStore, Queue]:
     state = request.app.state
     return state.service, state.jobs, state.queue
+
+
+def _key(request: Request) -> ApiKey | None:
+    """The request's API key (app/auth.py); None when the service is open."""
+    return getattr(request.state, "api_key", None)
+
+
+def owner_filter(request: Request) -> str | None:
+    """Whose jobs this request sees: its key's name, or None (all) for admin keys and an
+    open service."""
+    key = _key(request)
+    return None if key is None or is_admin(key) else key.name
 
 
 @router.post("/v2/jobs", status_code=202, responses=ERROR_RESPONSES)
@@ -167,7 +185,8 @@ async def submit_upload(
 
 
 async def _submit(request: Request, body: JobRequest, idempotency_key: str | None) -> JSONResponse:
-    key = getattr(request.state, "api_key", None)
+    key = _key(request)
+    owner = None if key is None else key.name
     job_kind = kind(body.kind)
     training = job_kind.training
     if training and key is not None and not key.allows("admin"):
@@ -182,7 +201,7 @@ async def _submit(request: Request, body: JobRequest, idempotency_key: str | Non
     if training:  # one task trains; its results are progress records
         chunk = total
     job, created = await anyio.to_thread.run_sync(
-        lambda: store.create(body.kind, body.model, stored, total, chunk, idempotency_key)
+        lambda: store.create(body.kind, body.model, stored, total, chunk, idempotency_key, owner)
     )
     if created:
         for index in range(job.n_chunks):
@@ -193,8 +212,9 @@ async def _submit(request: Request, body: JobRequest, idempotency_key: str | Non
     return JSONResponse({"id": job.id, "status": job.status}, status_code=202, headers=headers)
 
 
-def _job(store: JobStore, job_id: str) -> Job:
-    job = store.get(job_id)
+def _job(store: JobStore, job_id: str, owner: str | None = None) -> Job:
+    """The job, if `owner` may see it (None: anyone); else 404, as for an unknown id."""
+    job = store.get(job_id, owner)
     if job is None:
         raise NotFound(f"unknown job {job_id!r}", code="unknown_job")
     return job
@@ -204,15 +224,15 @@ def _job(store: JobStore, job_id: str) -> Job:
 async def list_jobs(
     request: Request, limit: int = Query(100, ge=1, le=1000), status: str | None = None
 ) -> list[JobStatus]:
-    store = _parts(request)[1]
-    jobs = await anyio.to_thread.run_sync(lambda: store.recent(limit, status))
+    store, owner = _parts(request)[1], owner_filter(request)
+    jobs = await anyio.to_thread.run_sync(lambda: store.recent(limit, status, owner))
     return [status_of(j) for j in jobs]
 
 
 @router.get("/v2/jobs/{job_id}", response_model=JobStatus, responses={404: ERROR_RESPONSES[404]})
 async def job_status(request: Request, job_id: str) -> JobStatus:
     store = _parts(request)[1]
-    return status_of(await anyio.to_thread.run_sync(_job, store, job_id))
+    return status_of(await anyio.to_thread.run_sync(_job, store, job_id, owner_filter(request)))
 
 
 @router.get(
@@ -232,7 +252,7 @@ async def job_results(
     """Stored results in instance order as JSON lines: {"index": i, "explanation": ...}; or as
     a table (CSV, Parquet) with value.<feature> and input.<feature> columns."""
     store = _parts(request)[1]
-    job = await anyio.to_thread.run_sync(_job, store, job_id)
+    job = await anyio.to_thread.run_sync(_job, store, job_id, owner_filter(request))
     lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
     if format == "jsonl":
         return StreamingResponse(iter(lines), media_type="application/x-ndjson")
@@ -270,7 +290,7 @@ async def job_plot(
     (summary), one dot per instance and feature (beeswarm), value against attribution
     (dependence). 409 while the job runs; 400 for text audits or an unknown feature."""
     store = _parts(request)[1]
-    job = await anyio.to_thread.run_sync(_job, store, job_id)
+    job = await anyio.to_thread.run_sync(_job, store, job_id, owner_filter(request))
     if job.kind != "audit":
         raise InvalidInput(f"plots show audits; job {job_id} is a {job.kind} job")
     if job.status not in FINISHED:
@@ -293,7 +313,8 @@ async def job_plot(
 
 @router.delete("/v2/jobs/{job_id}", response_model=JobStatus, responses={404: ERROR_RESPONSES[404]})
 async def cancel(request: Request, job_id: str) -> JobStatus:
+    """Cancel a job of this key (an admin key: any job); 404 for another key's."""
     store = _parts(request)[1]
-    await anyio.to_thread.run_sync(_job, store, job_id)
+    await anyio.to_thread.run_sync(_job, store, job_id, owner_filter(request))
     await anyio.to_thread.run_sync(lambda: store.finish(job_id, "cancelled"))
     return status_of(await anyio.to_thread.run_sync(_job, store, job_id))

@@ -1,7 +1,14 @@
-"""Durable job records and per-instance results in SQL (SQLAlchemy; SQLite or PostgreSQL)."""
+"""Durable job records and per-instance results in SQL (SQLAlchemy; SQLite or PostgreSQL).
+
+A job belongs to the API key that submitted it (`owner`, the key's name; None when the service
+was open). The query functions take `owner`: given, they see only that owner's jobs (a `jobs`
+key); None, every job (an admin key, or an open service). Rows from before the column existed
+(owner NULL) are an admin's. Idempotency keys are per owner (`scoped_key`).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -18,15 +25,16 @@ from sqlalchemy import (
     Text,
     create_engine,
     func,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from app.errors import ApiError, NotFound
-from app.jobs.unavailable import watch_engine
 from models.base import Model
 
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -49,10 +57,12 @@ class JobRow(Base):
     request: Mapped[str] = mapped_column(Text)
     summary: Mapped[str | None] = mapped_column(Text, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The client's key as sent when the job has no owner, else scoped_key(owner, key).
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
 
 
 class ResultRow(Base):
@@ -78,6 +88,7 @@ class Job:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    owner: str | None = None  # the submitting key's name; None: open service or older row
 
     @property
     def n_chunks(self) -> int:
@@ -102,20 +113,44 @@ def _job(row: JobRow) -> Job:
         row.created_at,
         row.started_at,
         row.finished_at,
+        row.owner,
     )
+
+
+def scoped_key(owner: str | None, key: str) -> str:
+    """What the idempotency column holds: the key as sent for an open service (as before),
+    else a digest of (owner, key), so that two keys' `audit-1` are two jobs (and the column's
+    unique constraint and 200 characters hold for any key name)."""
+    if owner is None:
+        return key
+    return "owned:" + hashlib.sha256(json.dumps([owner, key]).encode()).hexdigest()
+
+
+def add_owner_column(engine: Any) -> None:
+    """Databases made before jobs had owners get the column (NULL: an admin's jobs)."""
+    columns = {c["name"] for c in inspect(engine).get_columns("jobs")}
+    if "owner" in columns:
+        return
+    exists = "IF NOT EXISTS " if engine.dialect.name == "postgresql" else ""
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {exists}owner VARCHAR(200)"))
+    except OperationalError:  # SQLite: another process added it a moment ago
+        if "owner" not in {c["name"] for c in inspect(engine).get_columns("jobs")}:
+            raise
+    with engine.begin() as conn:
+        conn.execute(text("CREATE INDEX IF NOT EXISTS ix_jobs_owner ON jobs (owner)"))
 
 
 class JobStore:
     """Jobs and results; every write is a short transaction, safe across processes."""
 
     def __init__(self, url: str) -> None:
-        connect_args: dict[str, Any] = {"timeout": 30} if url.startswith("sqlite") else {}
-        if url.startswith("postgresql"):  # a server that does not answer: 503 in 5 s
-            connect_args["connect_timeout"] = 5
+        connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
         self.engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
-        watch_engine(self.engine)  # connection failures: JobStoreUnavailable (503)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
         Base.metadata.create_all(self.engine)
+        add_owner_column(self.engine)
 
     def create(
         self,
@@ -125,10 +160,13 @@ class JobStore:
         total: int,
         chunk_size: int,
         idempotency_key: str | None = None,
+        owner: str | None = None,
     ) -> tuple[Job, bool]:
-        """Insert a queued job; with a known idempotency key return the existing one (False)."""
-        if idempotency_key is not None:
-            existing = self.by_key(idempotency_key)
+        """Insert a queued job of `owner`; with an idempotency key this owner used before
+        return that job (False)."""
+        scoped = None if idempotency_key is None else scoped_key(owner, idempotency_key)
+        if scoped is not None:
+            existing = self.by_key(scoped)
             if existing is not None:
                 return existing, False
         row = JobRow(
@@ -140,34 +178,44 @@ class JobStore:
             done=0,
             chunk_size=chunk_size,
             request=json.dumps(request),
-            idempotency_key=idempotency_key,
+            idempotency_key=scoped,
             created_at=time.time(),
+            owner=owner,
         )
         try:
             with self.session.begin() as s:
                 s.add(row)
         except IntegrityError:  # a concurrent submission with the same key won
-            existing = self.by_key(idempotency_key or "")
+            existing = self.by_key(scoped or "")
             if existing is None:
                 raise
             return existing, False
         return _job(row), True
 
     def by_key(self, key: str) -> Job | None:
+        """The job whose idempotency column holds `key` (scoped_key's value)."""
         with self.session() as s:
             row = s.scalars(select(JobRow).where(JobRow.idempotency_key == key)).first()
             return None if row is None else _job(row)
 
-    def get(self, job_id: str) -> Job | None:
+    def get(self, job_id: str, owner: str | None = None) -> Job | None:
+        """The job; with `owner`, only when it is that owner's (else None, as if unknown)."""
         with self.session() as s:
             row = s.get(JobRow, job_id)
-            return None if row is None else _job(row)
+            if row is None or (owner is not None and row.owner != owner):
+                return None
+            return _job(row)
 
-    def recent(self, limit: int = 100, status: str | None = None) -> list[Job]:
+    def recent(
+        self, limit: int = 100, status: str | None = None, owner: str | None = None
+    ) -> list[Job]:
+        """The latest jobs, newest first; with `owner`, only that owner's."""
         with self.session() as s:
             query = select(JobRow).order_by(JobRow.created_at.desc()).limit(limit)
             if status is not None:
                 query = query.where(JobRow.status == status)
+            if owner is not None:
+                query = query.where(JobRow.owner == owner)
             return [_job(r) for r in s.scalars(query)]
 
     def unfinished(self) -> list[Job]:
