@@ -35,6 +35,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from app.errors import ApiError, NotFound
+from app.jobs.unavailable import watch_engine
 from models.base import Model
 
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -146,8 +147,11 @@ class JobStore:
     """Jobs and results; every write is a short transaction, safe across processes."""
 
     def __init__(self, url: str) -> None:
-        connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
+        connect_args: dict[str, Any] = {"timeout": 30} if url.startswith("sqlite") else {}
+        if url.startswith("postgresql"):  # a server that does not answer: 503 in 5 s
+            connect_args["connect_timeout"] = 5
         self.engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        watch_engine(self.engine)  # connection failures: JobStoreUnavailable (503)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
         Base.metadata.create_all(self.engine)
         add_owner_column(self.engine)
