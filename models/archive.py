@@ -5,6 +5,10 @@ drive, a regular file or a folder (no symbolic or hard links, devices or FIFOs),
 MAX_MEMBERS members, at most MAX_UNPACKED bytes in all and at most MAX_RATIO times the archive's
 own size (an archive bomb). Files are written by this code (never `extractall`), created
 exclusively and without following links.
+
+`check_inflation` reads a zip's central directory only (TorchScript archives, zips of
+checkpoints) and refuses, before anything is decompressed, a member that inflates more than
+MAX_MEMBER_RATIO times (members over RATIO_SLACK), or members that add up to more than a bound.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ MAX_UNPACKED = 4 << 30  # bytes
 MAX_RATIO = 20  # unpacked bytes per archive byte (safetensors barely compress: ~1.1)
 RATIO_SLACK = 1 << 20  # small archives may unpack to this much regardless of the ratio
 CHUNK = 1 << 20
+MAX_MEMBER_RATIO = 100  # per zip member over RATIO_SLACK (zeros deflate about 1000:1)
+INFLATE_FACTOR = 4  # a zip's members add up to at most this many times its own size (+ slack)
 READ_ERRORS = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, OSError)
 
 
@@ -192,9 +198,64 @@ def _too_large(cap: int, size: int) -> str:
     return f"the archive unpacks to more than {MAX_UNPACKED} bytes"
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
+
+
+def check_inflation(
+    data: bytes,
+    max_total: int | None = None,
+    max_ratio: int = MAX_MEMBER_RATIO,
+    max_members: int = 100_000,
+) -> None:
+    """Refuse a zip from its central directory, before a byte is decompressed: a member over
+    RATIO_SLACK that inflates more than `max_ratio` times, members that add up to more than
+    `max_total` (default INFLATE_FACTOR times the zip's size + RATIO_SLACK, at most
+    MAX_UNPACKED), encrypted or duplicate members, methods other than stored and deflated.
+    ArchiveTooLargeError (with the sizes) or InvalidModelError."""
+    cap = max_total if max_total is not None else INFLATE_FACTOR * len(data) + RATIO_SLACK
+    cap = min(cap, MAX_UNPACKED)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise InvalidModelError(f"not a readable zip archive: {exc}") from None
+    if len(infos) > max_members:
+        raise InvalidModelError(f"archive has more than {max_members} members")
+    names: set[str] = set()
+    total = 0
+    for info in infos:
+        if info.filename in names:
+            raise InvalidModelError(f"archive member {info.filename!r} appears twice")
+        names.add(info.filename)
+        if info.flag_bits & 0x1:
+            raise InvalidModelError(f"archive member {info.filename!r} is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise InvalidModelError(
+                f"archive member {info.filename!r}: compression method {info.compress_type} "
+                "(only stored and deflated members are read)"
+            )
+        size, packed = info.file_size, info.compress_size
+        if size > RATIO_SLACK and size > max_ratio * max(packed, 1):
+            raise ArchiveTooLargeError(
+                f"archive member {info.filename!r} inflates from {_mib(packed)} to "
+                f"{_mib(size)} ({size // max(packed, 1)}:1; at most {max_ratio}:1 for members "
+                f"over {_mib(RATIO_SLACK)}): refused as a possible archive bomb"
+            )
+        total += size
+        if total > cap:
+            raise ArchiveTooLargeError(
+                f"the {_mib(len(data))} archive's members add up to more than {_mib(cap)} "
+                f"({_mib(total)} so far): refused as a possible archive bomb"
+            )
+
+
 def check_sizes(data: bytes) -> None:
-    """Decompress every member without writing it: ArchiveTooLargeError beyond the limits."""
+    """Decompress every member without writing it: ArchiveTooLargeError beyond the limits
+    (a zip's central directory is checked first: `check_inflation`)."""
     cap = min(MAX_UNPACKED, MAX_RATIO * len(data) + RATIO_SLACK)
+    if is_zip(data):
+        check_inflation(data, max_total=cap, max_members=MAX_MEMBERS)
     total = 0
     for _, stream in _entries(data):
         while stream is not None and (block := _read(stream, CHUNK)):

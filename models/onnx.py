@@ -4,12 +4,18 @@ Covers scikit-learn pipelines converted by skl2onnx, PyTorch exports and booster
 onnxmltools. The explained output is the first float tensor of shape [N, k] (or [N]) unless the
 registration names one (`onnx_output`; skl2onnx classifiers: `probabilities`). A ZipMap output
 (skl2onnx's default: a sequence of maps) is served from the float [N, k] tensor the ZipMap reads.
+
+External data: onnxruntime reads a tensor stored with `data_location=EXTERNAL` from the file its
+`location` names, relative to the working directory for a model given as bytes. A single-file
+upload with any external tensor is refused (`check_external_data`); inside an unpacked archive
+(models/onnx_text.py) a location must resolve to a regular file inside the archive's folder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +32,106 @@ _TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 class OnnxModelError(ModelError):
     """The ONNX file cannot serve the declared model."""
+
+
+def _tensors(graph: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """(where, tensor) for every tensor of a graph: initializers, sparse initializers and node
+    attributes, subgraphs (If/Loop/Scan bodies) included."""
+    for t in graph.initializer:
+        yield f"{where}initializer {t.name!r}", t
+    for sp in graph.sparse_initializer:
+        yield f"{where}sparse initializer {sp.values.name!r}", sp.values
+        yield f"{where}sparse initializer {sp.values.name!r} indices", sp.indices
+    for node in graph.node:
+        yield from _attribute_tensors(node, where)
+
+
+def _attribute_tensors(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+    label = f"{where}node {node.name or node.op_type!r} attribute"
+    for attr in node.attribute:
+        here = f"{label} {attr.name!r}"
+        if attr.HasField("t"):
+            yield here, attr.t
+        yield from ((here, t) for t in attr.tensors)
+        for sp in ([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []) + list(
+            attr.sparse_tensors
+        ):
+            yield here, sp.values
+            yield here, sp.indices
+        if attr.HasField("g"):
+            yield from _tensors(attr.g, f"{here}: ")
+        for g in attr.graphs:
+            yield from _tensors(g, f"{here}: ")
+
+
+def _all_tensors(model: Any) -> Iterator[tuple[str, Any]]:
+    yield from _tensors(model.graph, "")
+    for fn in model.functions:
+        for node in fn.node:
+            yield from _attribute_tensors(node, f"function {fn.name!r} ")
+
+
+def _location(tensor: Any) -> str | None:
+    """The external file a tensor names, or None when its data is inside the model."""
+    import onnx
+
+    external = tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data)
+    if not external:
+        return None
+    entries = {e.key: e.value for e in tensor.external_data}
+    return entries.get("location", "")
+
+
+def check_external_data(model: Any, root: Path | None = None) -> None:
+    """Refuse tensors stored outside the model (`data_location=EXTERNAL`): always when `root`
+    is None (a single-file upload: onnxruntime would read a file of the server's); else
+    unless the location is a relative path without `..` that resolves, links followed, to a
+    regular file inside `root` (the unpacked archive's folder). OnnxModelError naming it."""
+    for where, tensor in _all_tensors(model):
+        location = _location(tensor)
+        if location is None:
+            continue
+        if root is None:
+            raise OnnxModelError(
+                f"{where} is stored as external data ({location!r}): a single-file ONNX upload "
+                "must hold its tensors (onnx.save_model(..., save_as_external_data=False)); "
+                "external data is read only from inside an uploaded archive"
+            )
+        _check_inside(where, location, root)
+
+
+def _check_inside(where: str, location: str, root: Path) -> None:
+    rel = PurePosixPath(location)
+    bad = (
+        not location
+        or "\\" in location
+        or "\x00" in location
+        or ":" in location
+        or rel.is_absolute()
+        or ".." in rel.parts
+    )
+    base = root.resolve()
+    target = (base / location).resolve() if not bad else base
+    if bad or not target.is_relative_to(base) or target == base or not target.is_file():
+        raise OnnxModelError(
+            f"{where} names external data {location!r}: external data must be a file inside "
+            "the uploaded archive (a relative path, no '..', no links out of it)"
+        )
+
+
+def parse_checked(data: bytes) -> Any:
+    """The ModelProto of a single-file upload, external data refused (OnnxModelError)."""
+    import onnx
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:
+        raise OnnxModelError(
+            f"not a model this service can read (TorchScript, ONNX, XGBoost JSON/UBJSON or "
+            f"LightGBM text; pickles are never accepted): onnx says {exc}"
+        ) from None
+    check_external_data(model)
+    return model
 
 
 def _pick_output(session: object, wanted: str | None) -> str:
@@ -78,6 +184,7 @@ def onnx_predictor(
     options.intra_op_num_threads = max(1, torch.get_num_threads())
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    parse_checked(data)  # before onnxruntime sees the bytes
     try:
         graph = _expose_zipmap_inputs(data)
         session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])

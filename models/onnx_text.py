@@ -59,6 +59,22 @@ def _tokenizer(root: Path, tok_config: dict[str, Any], positions: int) -> tuple[
     return tok, max_tokens
 
 
+def _check_external(path: Path) -> None:
+    """External data of model.onnx only from files inside its folder (models/onnx.py)."""
+    import onnx
+
+    from models.onnx import OnnxModelError, check_external_data
+
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except Exception as exc:
+        raise InvalidModelError(f"model.onnx: onnx cannot read it: {exc}") from None
+    try:
+        check_external_data(model, path.parent)
+    except OnnxModelError as exc:
+        raise InvalidModelError(f"model.onnx: {exc}") from None
+
+
 def _session(path: Path) -> tuple[Any, list[str], str]:
     """(an onnxruntime session on the CPU provider, its token inputs, the logits output)."""
     import onnxruntime as ort
@@ -67,6 +83,7 @@ def _session(path: Path) -> tuple[Any, list[str], str]:
     options.intra_op_num_threads = max(1, torch.get_num_threads())
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    _check_external(path)
     try:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:

@@ -178,6 +178,9 @@ class XGBoostBooster(_Booster):
     def __init__(self, data: bytes) -> None:
         import xgboost as xgb
 
+        from models.booster_check import xgboost_checked
+
+        data = xgboost_checked(data)  # a malformed file crashes the library: refused first
         booster = xgb.Booster()
         try:
             booster.load_model(bytearray(data))
@@ -249,6 +252,9 @@ class LightGBMBooster(_Booster):
     def __init__(self, data: bytes) -> None:
         import lightgbm as lgb
 
+        from models.lightgbm_check import lightgbm_checked
+
+        data = lightgbm_checked(data)  # a malformed file crashes the library: refused first
         try:
             booster = lgb.Booster(model_str=data.decode("utf-8"))
         except Exception as exc:

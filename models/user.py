@@ -88,11 +88,28 @@ def content_version(data: bytes, decl: Declaration) -> str:
     return h.hexdigest()[:16]
 
 
-def _torchscript(decl: Declaration, data: bytes, version: str) -> Model:
+def _torchscript(
+    decl: Declaration, data: bytes, version: str, *, check_operators: bool = True
+) -> Model:
+    """A TorchScript archive: its zip members' sizes checked from the central directory, its
+    source and pickles against the operator allow-list before `torch.jit.load` (which runs
+    `__setstate__`), every method graph after it (models/torchscript_check.py).
+    `check_operators=False` (library callers only, e.g. tests of the sandbox) skips the
+    operator checks, never the size checks."""
+    from models.archive import check_inflation, is_zip
+    from models.torchscript_check import check_module, check_source
+
+    if not is_zip(data):  # torch.jit.load also reads flatbuffer files: never offered
+        raise InvalidModelError("not a TorchScript archive (torch.jit.save writes a zip)")
+    check_inflation(data)
+    if check_operators:
+        check_source(data)
     try:
         module = torch.jit.load(io.BytesIO(data), map_location="cpu")
     except Exception as exc:
         raise InvalidModelError(f"not a TorchScript archive (torch.jit.save): {exc}") from None
+    if check_operators:
+        check_module(module)
     module.eval()
     return _model(decl, module, version)
 
@@ -142,10 +159,7 @@ def load_background(data: bytes, decl: Declaration) -> np.ndarray:
     """A stored background: .npy (never pickled) or CSV with a header of feature names."""
     size = int(np.prod(decl.input_shape))
     if data[:6] == b"\x93NUMPY":
-        try:
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as exc:
-            raise InvalidModelError(f"background .npy: {exc}") from None
+        arr = _npy(data)
     else:
         try:
             text = data.decode("utf-8-sig")
@@ -169,6 +183,40 @@ def load_background(data: bytes, decl: Declaration) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise InvalidModelError("background must be finite (no NaN or infinity)")
     return arr
+
+
+def _npy(data: bytes) -> np.ndarray:
+    """A .npy array, its header read first: a shape whose byte size is not the data present
+    (a header claiming 10^12 floats), an object dtype or a bad header is refused before
+    anything is allocated."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"format version {version} is not supported")
+    except Exception as exc:  # numpy's header parser: ValueError, SyntaxError, TokenError
+        raise InvalidModelError(f"background .npy: {str(exc)[:300]}") from None
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise InvalidModelError("background .npy: object arrays are never read (pickles)")
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    expected = count * dtype.itemsize
+    present = len(data) - stream.tell()
+    if expected != present:
+        raise InvalidModelError(
+            f"background .npy: the header's shape {list(shape)} of {dtype} is {expected} "
+            f"bytes; the file holds {present} bytes of data"
+        )
+    try:
+        arr = np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell())
+    except ValueError as exc:
+        raise InvalidModelError(f"background .npy: {exc}") from None
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def build_model(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
