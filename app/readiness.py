@@ -69,8 +69,10 @@ def model_counts(status: dict[str, dict[str, object]]) -> dict[str, int]:
 
 def public_body(body: dict[str, Any], missing: list[str]) -> dict[str, Any]:
     """A readiness body without model names (nor their load errors, which may hold paths):
-    `models` becomes counts, and "models not loaded" says how many."""
+    `models` becomes counts, "models not loaded" says how many, and the cache's state is
+    up or down without its error (which names the Redis address)."""
     out = {**body, "models": model_counts(body["models"])}
+    out["cache"] = {k: v for k, v in body["cache"].items() if k in ("backend", "ok")}  # no address
     if out.get("code") == "not_ready" and missing:
         out["error"] = f"models not loaded: {len(missing)}"
     return out

@@ -92,6 +92,9 @@ class JobStatus(BaseModel):
     finished_at: float | None
     error: str | None
     summary: dict[str, Any] | None
+    owner: str | None = Field(
+        None, description="the name of the API key that submitted it (none: an open service)"
+    )
 
 
 def status_of(job: Job) -> JobStatus:
@@ -111,6 +114,7 @@ def status_of(job: Job) -> JobStatus:
         finished_at=job.finished_at,
         error=job.error,
         summary=job.summary,
+        owner=job.owner,
     )
 
 

@@ -115,7 +115,7 @@ def test_a_job_is_its_keys_and_the_admins(
         # alice and root see it, its results too
         for who in ("alice", "root"):
             listed = client.get("/v2/jobs", headers=h(who)).json()
-            assert job_id in {j["id"] for j in listed}
+            assert {j["id"]: j["owner"] for j in listed}[job_id] == "alice"
             results = client.get(f"/v2/jobs/{job_id}/results", headers=h(who))
             assert results.status_code == 200 and len(results.text.splitlines()) == len(ROWS)
             assert not any("error" in json.loads(x) for x in results.text.splitlines())
@@ -272,6 +272,7 @@ def test_readiness_without_a_key_counts_models(
             assert sum(counts.values()) == len(keyed["models"])
             assert counts["loaded"] == sum(1 for m in keyed["models"].values() if m["loaded"])
             assert not any(name in r.text for name in names), r.text
+            assert set(r.json()["cache"]) == {"backend", "ok"}
 
 
 def test_access_log_names_the_key_never_the_secret(model_dir: Path, tmp_path: Path) -> None:
