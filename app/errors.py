@@ -36,6 +36,7 @@ class ApiError(Exception):
 
     status = 400
     code = "bad_request"
+    admin_detail: Any = None  # shown (as detail.remote) only to admin keys: a remote's answer
 
     def __init__(
         self,
@@ -110,8 +111,10 @@ def from_library(exc: Exception) -> ApiError:
         return NotReady(str(exc), code="model_not_ready")
     if isinstance(exc, NotDifferentiableError):
         return Unprocessable(str(exc), code="not_differentiable")
-    if isinstance(exc, RemoteModelError):
-        return ApiError(str(exc), code="remote_model_error").with_status(502)
+    if isinstance(exc, RemoteModelError):  # what the remote said: for admin keys only
+        error = ApiError(str(exc), code="remote_model_error").with_status(502)
+        error.admin_detail = exc.remote_detail
+        return error
     if isinstance(exc, UnsupportedModelError):
         status = 422 if exc.code == "not_differentiable" else 400
         return ApiError(str(exc), code=exc.code).with_status(status)
@@ -195,12 +198,24 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+def _admin(request: Request) -> bool:
+    """Whether the request's key has the admin scope (an open service: every caller has)."""
+    key = (request.scope.get("state") or {}).get("api_key")
+    if key is None:  # no key presented: open only when no keys are configured
+        settings = getattr(request.app.state, "settings", None)
+        return settings is not None and not settings.api_keys
+    return bool(key.allows("admin"))
+
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers on `app`."""
 
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _body(exc.message, exc.code, exc.detail, exc.status, exc.headers)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        detail = exc.detail
+        if exc.admin_detail is not None and _admin(request):
+            detail = {"remote": exc.admin_detail} if detail is None else detail
+        return _body(exc.message, exc.code, detail, exc.status, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -233,12 +233,15 @@ def _infer(
     req, tensors = decode(body, header_length)
     tensor = tensors[0]
     max_rows = svc.settings.max_instances * 100
-    if isinstance(model, RankerModel):
-        out = _rank(model, tensor, req.parameters or {})
-    elif isinstance(model, TextModel):
-        out = model.predict(_texts(model, tensor, max_rows))
-    else:
-        out = model.predict(_numbers(model, tensor, max_rows))
+    try:
+        if isinstance(model, RankerModel):
+            out = _rank(model, tensor, req.parameters or {})
+        elif isinstance(model, TextModel):
+            out = model.predict(_texts(model, tensor, max_rows))
+        else:
+            out = model.predict(_numbers(model, tensor, max_rows))
+    except ModelError as exc:  # a failing remote: 502 remote_model_error, as explain answers
+        raise from_library(exc) from exc
     return _respond(model, req, out)
 
 

@@ -15,11 +15,13 @@ from fastapi.responses import JSONResponse, Response
 
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, PayloadTooLarge
 from app.hf_registration import hf_declaration
+from app.remote_registration import prepare_remote
 from app.routes import metadata
 from app.schemas import ModelMetadata
 from models.archive import is_gzip, is_tar, zip_names
 from models.base import Model, ModelError
 from models.facts import Facts, file_facts
+from models.remote import reveal_remote_detail
 from models.store import ModelStore
 from models.user import FORMATS, Declaration
 from models.user import register as register_model
@@ -140,9 +142,11 @@ def declaration(
     onnx_output: str | None = None,
     remote_url: str | None = None,
     remote_output: str | None = None,
+    remote_auth: str | None = None,
 ) -> Declaration:
     """The declared fields, else what the model file states (`facts`); a declared field that
-    contradicts the file is a 400 naming both values."""
+    contradicts the file is a 400 naming both values. `remote_auth`: a remote model's sealed
+    credentials (app/remote_registration.py), stored apart from its URL."""
     if not NAME.match(name):
         raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-', starting alnum")
     if fmt not in FORMATS:
@@ -160,7 +164,7 @@ def declaration(
         raise InvalidInput("; ".join(wrong), code="invalid_model")
     if fmt == "remote" and modality == "text":
         return _remote_text(name, outputs, shape, features, task, input_range, remote_url,
-                            remote_output)  # fmt: skip
+                            remote_output, remote_auth)  # fmt: skip
     modality = modality or facts.modality
     shape = shape or facts.input_shape
     outputs = outputs or facts.output_names
@@ -189,7 +193,7 @@ def declaration(
     task = task or facts.task or ("classification" if len(outputs) > 1 else "regression")
     if task not in ("classification", "regression"):
         raise InvalidInput("task must be classification or regression")
-    return Declaration(
+    decl = Declaration(
         name,
         modality,
         task,
@@ -202,6 +206,13 @@ def declaration(
         remote_url=remote_url,
         remote_output=remote_output,
     )
+    return _with_auth(decl, remote_auth)
+
+
+def _with_auth(decl: Declaration, remote_auth: str | None) -> Declaration:
+    """A remote model's declaration with its sealed credentials (stored apart from the URL in
+    the declaration's remote_auth: the stored meta, never an answer)."""
+    return decl if remote_auth is None else replace(decl, remote_auth=remote_auth)
 
 
 def _remote_text(
@@ -213,6 +224,7 @@ def _remote_text(
     input_range: str | None,
     remote_url: str | None,
     remote_output: str | None,
+    remote_auth: str | None = None,
 ) -> Declaration:
     """A remote OIP text model: texts go out as a BYTES tensor of strings (models/remote_text.py);
     the endpoint states nothing, so output_names are declared."""
@@ -229,8 +241,9 @@ def _remote_text(
     task = task or ("classification" if len(outputs) > 1 else "regression")
     if task not in ("classification", "regression"):
         raise InvalidInput("task must be classification or regression")
-    return Declaration(name, "text", task, (), outputs, (), format="remote",
+    decl = Declaration(name, "text", task, (), outputs, (), format="remote",
                        remote_url=remote_url, remote_output=remote_output)  # fmt: skip
+    return _with_auth(decl, remote_auth)
 
 
 async def _read(upload: UploadFile, limit: int, what: str) -> bytes:
@@ -283,6 +296,12 @@ async def register(
     remote_output: str | None = Form(
         None, description="remote models: the output to request by name (default: the first)"
     ),
+    remote_headers: str | None = Form(
+        None,
+        description='remote models: a JSON object of headers to send, e.g. {"Authorization": '
+        '"Bearer ..."} (credentials in remote_url\'s userinfo become a Basic one); stored '
+        "apart from the URL, never shown",
+    ),
     input_range: str | None = Form(
         None, description="JSON [low, high] of valid input values (e.g. [0, 1] for images)"
     ),
@@ -303,6 +322,13 @@ async def register(
         files["model"] = await _read(file, limit, "model")
     if background is not None:
         files["background"] = await _read(background, limit, "background")
+    if remote_headers is not None and remote_url is None:
+        raise InvalidInput("remote_headers applies to remote models only")
+    remote_auth = None
+    if remote_url is not None:  # no credentials in the URL; its host allowed
+        remote_url, remote_auth = await anyio.to_thread.run_sync(
+            prepare_remote, remote_url, remote_headers, state.settings
+        )
     fmt = "remote" if remote_url is not None else "huggingface" if uri is not None else (
         format or sniff_format(files["model"])
     )
@@ -348,7 +374,11 @@ async def register(
         onnx_output=onnx_output,
         remote_url=remote_url,
         remote_output=remote_output,
+        remote_auth=remote_auth,
     )
+    if fmt == "remote":  # an admin's request: the remote's own error messages are shown
+        with reveal_remote_detail():
+            return await _store(request, decl, files)
     return await _store(request, decl, files)
 
 

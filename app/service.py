@@ -49,6 +49,7 @@ from explainers.games.deadlines import any_of, stop_when
 from explainers.registry import ExplainerSpec, get_explainer, unsupported
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
+from models.remote import cache_version
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,8 @@ class ExplainService:
         key = cache_key(
             {
                 "model": model.name,
-                "model_version": model.version,
+                # a remote model's: also its remote's metadata and the REMOTE_CACHE_TTL_S period
+                "model_version": cache_version(model),
                 "explainer": spec.name,
                 "explainer_version": spec.version,
                 "options": options.model_dump(mode="json"),

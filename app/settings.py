@@ -138,6 +138,23 @@ class Settings(BaseSettings):
         "database is unavailable before it is put back in the queue",
     )
 
+    # Remote models (issue 27): allowed hosts, total time per request, cache lifetime.
+    remote_model_hosts: str = Field(
+        "",
+        description="comma-separated hosts remote models may reach (host, host:port, "
+        "*.domain, an IP network 10.0.0.0/8); empty: only globally routable addresses "
+        "(loopback, link-local, private ranges refused)",
+    )
+    remote_call_timeout_s: float = Field(
+        30.0, gt=0, description="total time of one request to a remote model, first byte to last"
+    )
+    remote_cache_ttl_s: float = Field(
+        300.0, ge=0, description="how long a remote model's cached answers are served; 0: never"
+    )
+    remote_version_check_s: float = Field(
+        30.0, ge=0, description="how often a remote model's metadata (its version) is re-read"
+    )
+
     @field_validator("device")
     @classmethod
     def _device_exists(cls, value: str) -> str:

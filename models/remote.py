@@ -4,18 +4,44 @@ Speaks the OIP REST protocol as MLServer, Triton and KServe answer it: one FP32 
 (MLServer's sklearn runtime decodes a single input whatever its name), an optional requested
 output by name (MLServer's sklearn runtime answers `predict` unless asked for `predict_proba`),
 and outputs of any numeric datatype (FP64 probabilities, INT64 labels) read back as float32.
+
+Nothing the remote answers goes into an error's message (its body, output names, datatypes):
+it is kept apart in `RemoteModelError.remote_detail`, which only admin keys see (and in the
+message itself while an admin registers the model: `reveal_remote_detail`). Credentials are
+never part of a URL kept here (models/remote_http.py): they travel as headers. Each request
+has a total deadline (REMOTE_CALL_TIMEOUT_S), and the remote's own metadata (its versions)
+is part of the cache key of its answers, which expire after REMOTE_CACHE_TTL_S.
 """
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
 import threading
+import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 import numpy as np
 
 from models.base import ModelError
+from models.remote_http import (
+    HostPolicy,
+    HostRefused,
+    deadline,
+    display_url,
+    make_client,
+    split_credentials,
+)
 
 CHUNK_ROWS = 4096  # rows per request: a game evaluation may send tens of thousands
 BODY_BYTES = 4 << 20  # ... and at most about this much JSON per request (a 3x224x224 row: one)
@@ -25,21 +51,117 @@ JSON_VALUE_BYTES = 20  # characters of one float32 in the JSON body, at most abo
 HOST_VALUE_BYTES = 4 + 32 + JSON_VALUE_BYTES
 NUMERIC = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"}
 NUMERIC |= {"FP16", "FP32", "FP64"}
+ANSWER_ROW_BYTES = 64 << 10  # an answer may hold this much JSON per row sent (~3000 values)
+ANSWER_MIN_BYTES = 8 << 20
+METADATA_BYTES = 1 << 20  # a model's metadata answer, at most
+ERROR_BYTES = 64 << 10  # read of an error answer; DETAIL_CHARS of it are kept
+DETAIL_CHARS = 300
+
+# httpx logs each request's URL at INFO: remote URLs (their query strings) stay out of logs.
+for _name in ("httpx", "httpcore"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+_reveal: contextvars.ContextVar[bool] = contextvars.ContextVar("reveal_remote", default=False)
+
+
+@contextmanager
+def reveal_remote_detail() -> Iterator[None]:
+    """Errors raised in this context (and threads started from it by anyio) carry the
+    remote's answer in their message: for an admin's registration."""
+    token = _reveal.set(True)
+    try:
+        yield
+    finally:
+        _reveal.reset(token)
 
 
 class RemoteModelError(ModelError):
-    """The remote endpoint failed or answered something that is not an OIP response."""
+    """The remote endpoint failed or answered something that is not an OIP response.
+
+    The message names the endpoint (no credentials, no query) and what went wrong;
+    `remote_detail` holds what the remote said (its error body, truncated), for admins."""
+
+    def __init__(self, message: str, remote_detail: str | None = None) -> None:
+        if remote_detail and _reveal.get():
+            message = f"{message}: {remote_detail}"
+        super().__init__(message)
+        self.remote_detail = remote_detail
 
 
-def _detail(r: httpx.Response) -> str:
-    """The server's own error message (OIP: {"error": ...}), else the start of the body."""
+# --- configuration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """The settings of remote models (app/settings.py's REMOTE_* fields)."""
+
+    hosts: str = ""  # REMOTE_MODEL_HOSTS
+    call_timeout_s: float = 30.0  # REMOTE_CALL_TIMEOUT_S: total, per request
+    cache_ttl_s: float = 300.0  # REMOTE_CACHE_TTL_S
+    version_check_s: float = 30.0  # REMOTE_VERSION_CHECK_S: metadata re-read at most this often
+
+
+_configured: RemoteConfig | None = None
+
+
+def _env_config() -> RemoteConfig:
+    env = os.environ
+    base = RemoteConfig()
+    return RemoteConfig(
+        hosts=env.get("REMOTE_MODEL_HOSTS", base.hosts),
+        call_timeout_s=float(env.get("REMOTE_CALL_TIMEOUT_S", base.call_timeout_s)),
+        cache_ttl_s=float(env.get("REMOTE_CACHE_TTL_S", base.cache_ttl_s)),
+        version_check_s=float(env.get("REMOTE_VERSION_CHECK_S", base.version_check_s)),
+    )
+
+
+def config() -> RemoteConfig:
+    """The configured settings (`configure`), else the REMOTE_* environment variables."""
+    return _configured or _env_config()
+
+
+def configure(cfg: RemoteConfig | None) -> RemoteConfig | None:
+    """Set the settings remote models built from now on use (None: the environment's);
+    returns the previous ones."""
+    global _configured
+    if cfg is not None:
+        HostPolicy(cfg.hosts)  # a malformed list is an error now, not at the first call
+    previous, _configured = _configured, cfg
+    return previous
+
+
+# --- credentials stored apart ---------------------------------------------------------------
+
+
+def seal_headers(headers: dict[str, str]) -> str | None:
+    """The stored form of a model's secret headers (JSON; a random salt, so that the model
+    version, a hash of the declaration, says nothing of them); None when there are none."""
+    if not headers:
+        return None
+    return json.dumps({"salt": secrets.token_hex(16), "headers": headers}, sort_keys=True)
+
+
+def open_headers(sealed: str | None) -> dict[str, str]:
+    """The headers `seal_headers` stored ({} for None or a malformed value)."""
+    if not sealed:
+        return {}
     try:
-        body = r.json()
-    except ValueError:
-        return r.text[:300]
+        headers = json.loads(sealed).get("headers") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}
+
+
+def _detail(data: bytes) -> str:
+    """The server's own error message (OIP: {"error": ...}), else the start of the body."""
+    text = data.decode("utf-8", errors="replace")
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return text[:DETAIL_CHARS]
     if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return str(body["error"])[:300]
-    return str(body)[:300]
+        return str(body["error"])[:DETAIL_CHARS]
+    return text[:DETAIL_CHARS]
 
 
 class RemoteClient:
@@ -47,10 +169,12 @@ class RemoteClient:
     (float32 [m, *input_shape] -> float32 [m, k]; no torch module, no gradients).
 
     url: the model's OIP URL, `http://host:port/v2/models/<model>` (optionally
-    `/versions/<v>`); output: the output to request by name (e.g. MLServer's `predict_proba`),
-    else the endpoint's first output. One keep-alive HTTP client is shared by every thread.
-    A request carries at most `chunk_rows` rows and about `body_bytes` of JSON (at least one
-    row).
+    `/versions/<v>`; userinfo in it becomes a Basic Authorization header); output: the output
+    to request by name (e.g. MLServer's `predict_proba`), else the endpoint's first output.
+    headers: sent with every request (credentials). policy: the hosts it may connect to
+    (None: any). timeout_s: the total time of one request, connect to last byte. One
+    keep-alive HTTP client is shared by every thread. A request carries at most `chunk_rows`
+    rows and about `body_bytes` of JSON (at least one row).
     """
 
     def __init__(
@@ -60,19 +184,33 @@ class RemoteClient:
         output: str | None = None,
         chunk_rows: int = CHUNK_ROWS,
         body_bytes: int = BODY_BYTES,
+        headers: dict[str, str] | None = None,
+        policy: HostPolicy | None = None,
+        version_check_s: float = 30.0,
     ) -> None:
-        self.url = url.rstrip("/")
+        clean, found = split_credentials(url)
+        self.url = clean.rstrip("/")
+        self.where = display_url(self.url)
+        self._headers = {**found, **(headers or {})}
+        self.policy = policy
         self.timeout_s = timeout_s
         self.output = output
         self.chunk_rows = chunk_rows
         self.body_bytes = body_bytes
+        self.version_check_s = version_check_s
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
+        self._meta_lock = threading.Lock()
+        self._fingerprint: str | None = None
+        self._checked = -math.inf
+
+    def __repr__(self) -> str:
+        return f"RemoteClient({self.where!r})"
 
     def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.timeout_s)
+                self._client = make_client(self.policy, self.timeout_s)
                 # A re-registered or deleted model drops its client: its sockets close with it.
                 weakref.finalize(self, self._client.close)
             return self._client
@@ -89,11 +227,86 @@ class RemoteClient:
         state = self.__dict__.copy()
         state["_client"] = None
         state.pop("_lock", None)
+        state.pop("_meta_lock", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._meta_lock = threading.Lock()
+
+    # --- one request --------------------------------------------------------------------------
+
+    def _request(self, method: str, url: str, body: Any, limit: int) -> tuple[int, bytes]:
+        """(status, body bytes) of one request, all of it within `timeout_s`; an answer
+        over `limit` bytes is an error (an error answer is cut there)."""
+        try:
+            client = self._http()
+            with (
+                deadline(self.timeout_s),
+                client.stream(method, url, json=body, headers=self._headers) as r,
+            ):
+                status = r.status_code
+                cap = limit if status == 200 else ERROR_BYTES
+                data = bytearray()
+                for chunk in r.iter_bytes():
+                    data += chunk
+                    if len(data) > cap and status == 200:
+                        raise RemoteModelError(
+                            f"remote model {self.where} answered more than {cap} bytes"
+                        )
+                    if len(data) > cap:
+                        break
+                return status, bytes(data[:cap])
+        except httpx.TimeoutException:
+            raise RemoteModelError(
+                f"remote model {self.where} did not answer within {self.timeout_s:g} s "
+                "(REMOTE_CALL_TIMEOUT_S)"
+            ) from None
+        except httpx.HTTPError as exc:
+            if isinstance(exc.__cause__, HostRefused):
+                raise RemoteModelError(
+                    f"remote model {self.where}: its host is not allowed (REMOTE_MODEL_HOSTS)",
+                    remote_detail=str(exc),
+                ) from None
+            raise RemoteModelError(
+                f"remote model {self.where} unreachable",
+                remote_detail=f"{type(exc).__name__}: {exc}",
+            ) from None
+
+    def metadata(self) -> tuple[int, Any]:
+        """(status, the parsed JSON or None) of the endpoint's OIP metadata (GET url)."""
+        status, data = self._request("GET", self.url, None, METADATA_BYTES)
+        try:
+            return status, json.loads(data) if status == 200 else None
+        except (ValueError, RecursionError):
+            return status, None
+
+    def remote_version(self) -> str:
+        """A digest of the remote's own metadata (its name, versions, platform, inputs and
+        outputs), re-read at most every `version_check_s`; "-" when it has none. A failed
+        re-read keeps the last digest."""
+        with self._meta_lock:
+            now = time.monotonic()
+            if self._fingerprint is not None and now - self._checked < self.version_check_s:
+                return self._fingerprint
+            self._checked = now
+            try:
+                status, meta = self.metadata()
+            except RemoteModelError:
+                if self._fingerprint is None:
+                    self._fingerprint = "-"
+                return self._fingerprint
+            if status == 200 and isinstance(meta, dict):
+                fields = {k: meta.get(k) for k in ("name", "versions", "platform", "inputs")}
+                fields["outputs"] = meta.get("outputs")
+                text = json.dumps(fields, sort_keys=True, default=str)
+                self._fingerprint = hashlib.sha256(text.encode()).hexdigest()[:12]
+            else:
+                self._fingerprint = "-"
+            return self._fingerprint
+
+    # --- inference ----------------------------------------------------------------------------
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         rows = np.ascontiguousarray(x, dtype=np.float32)
@@ -104,7 +317,9 @@ class RemoteClient:
         parts = [self._infer(rows[s : s + step]) for s in range(0, len(rows), step)]
         widths = {p.shape[1] for p in parts}
         if len(widths) != 1:
-            raise RemoteModelError(f"remote model {self.url} changed its output width {widths}")
+            raise RemoteModelError(
+                f"remote model {self.where} changed its output width", remote_detail=str(widths)
+            )
         return np.concatenate(parts)
 
     def _infer(self, rows: np.ndarray) -> np.ndarray:
@@ -126,52 +341,92 @@ class RemoteClient:
         for m rows -> float32 [m, k]."""
         if self.output is not None:
             body = {**body, "outputs": [{"name": self.output}]}
-        try:
-            r = self._http().post(f"{self.url}/infer", json=body)
-        except httpx.TimeoutException:
+        limit = max(ANSWER_MIN_BYTES, m * ANSWER_ROW_BYTES)
+        status, data = self._request("POST", f"{self.url}/infer", body, limit)
+        if status != 200:
             raise RemoteModelError(
-                f"remote model {self.url} did not answer within {self.timeout_s} s"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise RemoteModelError(f"remote model {self.url} unreachable: {exc}") from None
-        if r.status_code != 200:
-            raise RemoteModelError(
-                f"remote model {self.url} answered HTTP {r.status_code}: {_detail(r)}"
+                f"remote model {self.where} answered HTTP {status}", remote_detail=_detail(data)
             )
         try:
-            payload = r.json()
-        except ValueError:
-            raise RemoteModelError(f"remote model {self.url} answered non-JSON") from None
+            payload = json.loads(data)
+        except (ValueError, RecursionError):
+            raise RemoteModelError(
+                f"remote model {self.where} answered non-JSON", remote_detail=_detail(data)
+            ) from None
         return self._read(payload, m)
 
     def _read(self, payload: Any, m: int) -> np.ndarray:
+        where = self.where
         outputs = payload.get("outputs") if isinstance(payload, dict) else None
         if not isinstance(outputs, list) or not outputs or not isinstance(outputs[0], dict):
-            raise RemoteModelError(f"remote model {self.url}: no 'outputs' in its answer")
+            raise RemoteModelError(f"remote model {where}: no 'outputs' in its answer")
         out = outputs[0]
         if self.output is not None:
             named = [o for o in outputs if isinstance(o, dict) and o.get("name") == self.output]
             if not named:
                 got = [o.get("name") for o in outputs if isinstance(o, dict)]
                 raise RemoteModelError(
-                    f"remote model {self.url} answered outputs {got}, not {self.output!r}"
+                    f"remote model {where} answered no output {self.output!r}",
+                    remote_detail=f"its outputs: {got}"[:DETAIL_CHARS],
                 )
             out = named[0]
         name, datatype = out.get("name"), out.get("datatype")
+        what = f"{name!r} of datatype {datatype!r}"[:DETAIL_CHARS]
         if datatype not in NUMERIC:
             raise RemoteModelError(
-                f"remote model {self.url}: output {name!r} has datatype {datatype!r}, not numbers"
+                f"remote model {where}: its output is not numbers", remote_detail=what
             )
         try:
             data = np.asarray(out["data"], dtype=np.float64).reshape(-1)
             shape = [int(d) for d in out["shape"]]
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise RemoteModelError(
-                f"remote model {self.url}: output {name!r} is not a numeric tensor ({exc})"
+                f"remote model {where}: its output is not a numeric tensor",
+                remote_detail=f"{what}: {exc}"[:DETAIL_CHARS],
             ) from None
-        if not shape or shape[0] != m or int(np.prod(shape)) != data.size:
+        if not shape or shape[0] != m or math.prod(shape) != data.size:
             raise RemoteModelError(
-                f"remote model {self.url}: output {name!r} of shape {shape} with {data.size} "
-                f"values for {m} rows"
+                f"remote model {where}: its output does not hold one row per input ({m} rows)",
+                remote_detail=f"{what}: shape {shape} with {data.size} values"[:DETAIL_CHARS],
             )
         return data.astype(np.float32).reshape(m, -1)  # [m] (one value per row) -> [m, 1]
+
+
+# --- models built on a client -----------------------------------------------------------------
+
+
+def client_of(model: Any) -> RemoteClient | None:
+    """The RemoteClient a model forwards to (its predict_fn or its predict_texts' owner)."""
+    fn = getattr(model, "predict_fn", None)
+    if isinstance(fn, RemoteClient):
+        return fn
+    owner = getattr(getattr(model, "predict_texts", None), "__self__", None)
+    return owner if isinstance(owner, RemoteClient) else None
+
+
+def cache_version(model: Any) -> str:
+    """The model version an answer's cache key holds: the version itself, and for a remote
+    model also the remote's own metadata digest and the current REMOTE_CACHE_TTL_S period
+    (a cached answer is served at most that long, and never once the remote changed)."""
+    version = str(model.version)
+    client = client_of(model)
+    if client is None:
+        return version
+    info = getattr(model, "info", None) or {}
+    ttl = float(info.get("cache_ttl_s", config().cache_ttl_s))
+    period = time.time_ns() if ttl <= 0 else int(time.time() // ttl)
+    return f"{version}+{client.remote_version()}@{period}"
+
+
+def with_remote_info(model: Any, client: RemoteClient, cfg: RemoteConfig, **extra: Any) -> Any:
+    """`model` whose info names the endpoint (never its credentials) and its cache terms."""
+    info = {
+        **(getattr(model, "info", None) or {}),
+        "source": "remote",
+        "url": client.where,
+        "cache_ttl_s": cfg.cache_ttl_s,
+        "version_check_s": cfg.version_check_s,
+        "call_timeout_s": cfg.call_timeout_s,
+        **extra,
+    }
+    return replace(model, info=info)

@@ -13,12 +13,18 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
 import numpy as np
 
 from models.base import ModelError, TextModel
 from models.declaration import Declaration
-from models.remote import RemoteClient, RemoteModelError
+from models.remote import (
+    DETAIL_CHARS,
+    RemoteClient,
+    RemoteConfig,
+    RemoteModelError,
+    with_remote_info,
+)
+from models.remote_http import HostPolicy
 
 TEXT_ROWS = 256  # texts per request
 DEFAULT_INPUT = "args"  # MLServer's Hugging Face runtime
@@ -31,8 +37,24 @@ class NoTokenizerError(ModelError):
 class RemoteTextClient(RemoteClient):
     """Texts -> float32 [m, k] through an OIP endpoint that reads a BYTES tensor of strings."""
 
-    def __init__(self, url: str, timeout_s: float, output: str | None = None) -> None:
-        super().__init__(url, timeout_s, output, chunk_rows=TEXT_ROWS)
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        output: str | None = None,
+        headers: dict[str, str] | None = None,
+        policy: HostPolicy | None = None,
+        version_check_s: float = 30.0,
+    ) -> None:
+        super().__init__(
+            url,
+            timeout_s,
+            output,
+            chunk_rows=TEXT_ROWS,
+            headers=headers,
+            policy=policy,
+            version_check_s=version_check_s,
+        )
         self._input: str | None = None
         self._name_lock = threading.Lock()
 
@@ -53,15 +75,11 @@ class RemoteTextClient(RemoteClient):
             return self._input
 
     def _metadata_input(self) -> str:
-        try:
-            r = self._http().get(self.url)
-        except httpx.HTTPError as exc:
-            raise RemoteModelError(f"remote model {self.url} unreachable: {exc}") from None
-        if r.status_code != 200:
+        status, meta = self.metadata()
+        if status != 200 or not isinstance(meta, dict):
             return DEFAULT_INPUT  # metadata is optional in practice; the infer call decides
-        try:
-            inputs = r.json().get("inputs") or []
-        except (ValueError, AttributeError):
+        inputs = meta.get("inputs") or []
+        if not isinstance(inputs, list):
             return DEFAULT_INPUT
         tensors = [i for i in inputs if isinstance(i, dict) and isinstance(i.get("name"), str)]
         named = [str(i["name"]) for i in tensors if i.get("datatype") == "BYTES"]
@@ -70,8 +88,9 @@ class RemoteTextClient(RemoteClient):
         if tensors:
             described = [(i["name"], i.get("datatype")) for i in tensors]
             raise RemoteModelError(
-                f"remote model {self.url} reads {described}: no BYTES input for texts (register "
-                "it with modality tabular or image)"
+                f"remote model {self.where} has no BYTES input for texts (register it with "
+                "modality tabular or image)",
+                remote_detail=f"its inputs: {described}"[:DETAIL_CHARS],
             )
         return DEFAULT_INPUT
 
@@ -87,7 +106,7 @@ class RemoteTextClient(RemoteClient):
             tensor = {"name": name, "shape": [len(chunk)], "datatype": "BYTES", "data": chunk}
             parts.append(self._post({"inputs": [tensor]}, len(chunk)))
         if len({p.shape[1] for p in parts}) != 1:
-            raise RemoteModelError(f"remote model {self.url} changed its output width")
+            raise RemoteModelError(f"remote model {self.where} changed its output width")
         return np.concatenate(parts)
 
 
@@ -98,10 +117,25 @@ def _no_tokens(text: str) -> list[tuple[int, int]]:
     )
 
 
-def remote_text_model(decl: Declaration, version: str, timeout_s: float = 30.0) -> TextModel:
+def remote_text_model(
+    decl: Declaration,
+    version: str,
+    timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
+    policy: HostPolicy | None = None,
+    cfg: RemoteConfig | None = None,
+) -> TextModel:
     """A remote OIP text classifier (or regressor) as the declaration states it."""
-    client = RemoteTextClient(decl.remote_url or "", timeout_s, decl.remote_output)
-    return TextModel(
+    cfg = cfg or RemoteConfig(call_timeout_s=timeout_s)
+    client = RemoteTextClient(
+        decl.remote_url or "",
+        timeout_s,
+        decl.remote_output,
+        headers=headers,
+        policy=policy,
+        version_check_s=cfg.version_check_s,
+    )
+    model = TextModel(
         name=decl.name,
         modality="text",
         task=decl.task,
@@ -116,11 +150,12 @@ def remote_text_model(decl: Declaration, version: str, timeout_s: float = 30.0) 
         batch_size=TEXT_ROWS,
         version=version,
         platform="remote",
-        info={
-            "source": "remote",
-            "url": decl.remote_url,
-            "input": "a BYTES tensor of strings, shape [N]",
-            "output": decl.remote_output or "the endpoint's first output",
-            "players": "words (a tokenizer is needed for tokens)",
-        },
+    )
+    return with_remote_info(
+        model,
+        client,
+        cfg,
+        input="a BYTES tensor of strings, shape [N]",
+        output=decl.remote_output or "the endpoint's first output",
+        players="words (a tokenizer is needed for tokens)",
     )

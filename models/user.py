@@ -115,16 +115,32 @@ def _torchscript(
 
 
 def _remote(decl: Declaration, version: str) -> Model:
+    """An OIP endpoint under the REMOTE_* settings: its stored credentials (`remote_auth`,
+    apart from the URL) sent as headers, connections only to REMOTE_MODEL_HOSTS' hosts."""
+    from models.remote import config, open_headers, with_remote_info
+    from models.remote_http import HostPolicy
+
     url = decl.remote_url or ""
     if not url.startswith(("http://", "https://")):
         raise InvalidModelError("remote_url must be an http(s) URL of an OIP model")
+    cfg = config()
+    headers = open_headers(getattr(decl, "remote_auth", None))
+    policy = HostPolicy(cfg.hosts)
     if decl.modality == "text":  # a BYTES tensor of strings: models/remote_text.py
         from models.remote_text import remote_text_model
 
-        return remote_text_model(decl, version)
-    client = RemoteClient(url, 30.0, decl.remote_output)
+        return remote_text_model(decl, version, cfg.call_timeout_s, headers, policy, cfg)
+    client = RemoteClient(
+        url,
+        cfg.call_timeout_s,
+        decl.remote_output,
+        headers=headers,
+        policy=policy,
+        version_check_s=cfg.version_check_s,
+    )
     row_bytes = HOST_VALUE_BYTES * int(np.prod(decl.input_shape)) + 4 * len(decl.output_names)
-    return _model(decl, None, version, predict_fn=client, row_bytes=row_bytes)
+    model = _model(decl, None, version, predict_fn=client, row_bytes=row_bytes)
+    return with_remote_info(model, client, cfg)
 
 
 def _onnx(decl: Declaration, data: bytes, version: str) -> Model:

@@ -285,6 +285,7 @@ def matrix(
         redis_url=None,
         database_url=f"sqlite:///{tmp / 'jobs.db'}",
         load_models_on_start=False,
+        remote_model_hosts="127.0.0.1",  # MLServer listens on loopback
     )
     registry = ModelRegistry(model_dir)
     kinds = builtin_kinds()

@@ -38,6 +38,7 @@ def client(
         user_model_dir=tmp / "user",
         redis_url=None,
         database_url=f"sqlite:///{tmp / 'jobs.db'}",
+        remote_model_hosts="127.0.0.1",  # MLServer listens on loopback
     )
     with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
         for m in peer.models.values():
@@ -192,5 +193,7 @@ def test_many_rows_in_chunks_from_many_threads(peer: MLServerPeer) -> None:
     # INT64 labels (predict without a requested output) come back as float32 too.
     labels = RemoteClient(peer.model_url(m.name), 30.0)(rows[:5])
     np.testing.assert_array_equal(labels[:, 0], m.estimator.predict(rows[:5]))  # type: ignore[attr-defined]
-    with pytest.raises(RemoteModelError, match="only supports"):
+    with pytest.raises(RemoteModelError, match="answered HTTP 400") as caught:
         RemoteClient(peer.model_url(m.name), 30.0, "bogus")(np.zeros((2, 6), np.float32))
+    assert "only supports" in (caught.value.remote_detail or "")  # MLServer's own message
+    assert "only supports" not in str(caught.value)  # ... kept out of the message

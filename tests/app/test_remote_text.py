@@ -52,6 +52,7 @@ def client(
         redis_url=None,
         database_url=f"sqlite:///{tmp / 'jobs.db'}",
         load_models_on_start=False,
+        remote_model_hosts="127.0.0.1",  # the remote server listens on loopback
     )
     with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
         yield c

@@ -49,6 +49,7 @@ def app_client(model_dir: Path, tmp_path: Path) -> Iterator[TestClient]:
         user_model_dir=tmp_path / "user",
         redis_url=None,
         database_url=f"sqlite:///{tmp_path / 'jobs.db'}",
+        remote_model_hosts="127.0.0.1",  # remote models on loopback servers
     )
     with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
         yield c

@@ -19,6 +19,7 @@ import torch
 from models.base import Model, NoModuleError
 from models.declaration import Declaration
 from models.rankers import load_bm25
+from models.remote import RemoteConfig, configure
 from models.user import register
 from tests import byom_models as bm
 
@@ -89,9 +90,11 @@ def oip_url() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sums)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    previous = configure(RemoteConfig(hosts="127.0.0.1"))  # REMOTE_MODEL_HOSTS: loopback
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v2/models/sums"
     finally:
+        configure(previous)
         server.shutdown()
         server.server_close()
 
