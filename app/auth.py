@@ -81,8 +81,8 @@ def is_admin(key: ApiKey | None) -> bool:
 def presented_key(scope: Scope) -> str | None:
     """The secret a request carries: `Authorization: Bearer ...` or `X-API-Key`."""
     headers = dict(scope["headers"])
-    presented = headers.get(b"x-api-key", b"").decode("latin-1") or None
-    bearer = headers.get(b"authorization", b"").decode("latin-1")
+    presented = headers.get(b"x-api-key", b"").decode("utf-8", "replace") or None
+    bearer = headers.get(b"authorization", b"").decode("utf-8", "replace")
     if bearer.lower().startswith("bearer "):
         presented = bearer[7:].strip()
     return presented

@@ -343,3 +343,14 @@ def test_access_log_names_the_key_never_the_secret(model_dir: Path, tmp_path: Pa
     }
     for name, secret in SECRET.items():
         assert secret not in written and digest(secret).hex() not in written, name
+
+
+def test_a_key_that_is_not_utf8_is_a_401_and_names_nothing(
+    model_dir: Path, registry: ModelRegistry, redis_url: str, postgres_url: str
+) -> None:
+    with tenancy_app(model_dir, registry, redis_url, postgres_url, job_workers=0) as client:
+        for header in ("Authorization", "X-API-Key"):
+            r = client.get("/v2/jobs", headers={header.encode(): b"Bearer \xff\xfe\xc3"})
+            assert r.status_code == 401 and r.json()["code"] == "unauthorized"
+            ready = client.get("/v2/health/ready", headers={header.encode(): b"\xff"})
+            assert ready.status_code in (200, 503) and "ready" in ready.json()
