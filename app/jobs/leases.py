@@ -45,7 +45,8 @@ class ChunkRow(ChunkBase):
     job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     idx: Mapped[int] = mapped_column(Integer, primary_key=True)
     done: Mapped[bool] = mapped_column(Boolean, default=False)
-    holder: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the running attempt
+    # the running attempt: "<pid>-<random>" of the process that runs it
+    holder: Mapped[str | None] = mapped_column(String(32), nullable=True)
     lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     enqueued_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: not queued
     enqueues: Mapped[int] = mapped_column(Integer, default=0)

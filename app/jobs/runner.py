@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import uuid
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def run_chunk(
     """Claim the chunk, compute its missing results, finish the job when all are stored.
     `retries`: how many times this chunk was handed back by a Retry (for the backoff)."""
     settings = ctx.service.settings
-    token = uuid.uuid4().hex
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"  # names the process that holds it
     try:
         claim = ctx.chunks.claim(
             job_id, chunk, token, settings.job_lease_s, settings.job_max_attempts, previous
