@@ -30,7 +30,8 @@ LOST = "the worker running it stopped before it finished (killed, or its model c
 
 def failed_message(idx: int, failures: int, error: str | None) -> str:
     """The error of a job failed by a chunk's failed attempts."""
-    return f"chunk {idx} failed {failures} times; the last: {error}"
+    times = "time" if failures == 1 else "times"
+    return f"chunk {idx} failed {failures} {times}; the last: {error}"
 
 
 class ChunkBase(DeclarativeBase):
