@@ -166,3 +166,12 @@ class Settings(BaseSettings):
         except DeviceError as exc:
             raise ValueError(str(exc)) from None
         return value.strip().lower()
+
+    @field_validator("remote_model_hosts")
+    @classmethod
+    def _hosts_parse(cls, value: str) -> str:
+        """REMOTE_MODEL_HOSTS must parse (checked at start, not at the first registration)."""
+        from models.remote_http import HostPolicy
+
+        HostPolicy(value)
+        return value

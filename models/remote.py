@@ -20,20 +20,19 @@ import hashlib
 import json
 import logging
 import math
-import os
-import secrets
 import threading
 import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import numpy as np
 
 from models.base import ModelError
+from models.remote_config import RemoteConfig, config, configure, open_headers, seal_headers
 from models.remote_http import (
     HostPolicy,
     HostRefused,
@@ -54,6 +53,7 @@ NUMERIC |= {"FP16", "FP32", "FP64"}
 ANSWER_ROW_BYTES = 64 << 10  # an answer may hold this much JSON per row sent (~3000 values)
 ANSWER_MIN_BYTES = 8 << 20
 METADATA_BYTES = 1 << 20  # a model's metadata answer, at most
+METADATA_TIMEOUT_S = 5.0  # ... within this (capped by the call timeout): a cache check waits on it
 ERROR_BYTES = 64 << 10  # read of an error answer; DETAIL_CHARS of it are kept
 DETAIL_CHARS = 300
 
@@ -86,70 +86,6 @@ class RemoteModelError(ModelError):
             message = f"{message}: {remote_detail}"
         super().__init__(message)
         self.remote_detail = remote_detail
-
-
-# --- configuration ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RemoteConfig:
-    """The settings of remote models (app/settings.py's REMOTE_* fields)."""
-
-    hosts: str = ""  # REMOTE_MODEL_HOSTS
-    call_timeout_s: float = 30.0  # REMOTE_CALL_TIMEOUT_S: total, per request
-    cache_ttl_s: float = 300.0  # REMOTE_CACHE_TTL_S
-    version_check_s: float = 30.0  # REMOTE_VERSION_CHECK_S: metadata re-read at most this often
-
-
-_configured: RemoteConfig | None = None
-
-
-def _env_config() -> RemoteConfig:
-    env = os.environ
-    base = RemoteConfig()
-    return RemoteConfig(
-        hosts=env.get("REMOTE_MODEL_HOSTS", base.hosts),
-        call_timeout_s=float(env.get("REMOTE_CALL_TIMEOUT_S", base.call_timeout_s)),
-        cache_ttl_s=float(env.get("REMOTE_CACHE_TTL_S", base.cache_ttl_s)),
-        version_check_s=float(env.get("REMOTE_VERSION_CHECK_S", base.version_check_s)),
-    )
-
-
-def config() -> RemoteConfig:
-    """The configured settings (`configure`), else the REMOTE_* environment variables."""
-    return _configured or _env_config()
-
-
-def configure(cfg: RemoteConfig | None) -> RemoteConfig | None:
-    """Set the settings remote models built from now on use (None: the environment's);
-    returns the previous ones."""
-    global _configured
-    if cfg is not None:
-        HostPolicy(cfg.hosts)  # a malformed list is an error now, not at the first call
-    previous, _configured = _configured, cfg
-    return previous
-
-
-# --- credentials stored apart ---------------------------------------------------------------
-
-
-def seal_headers(headers: dict[str, str]) -> str | None:
-    """The stored form of a model's secret headers (JSON; a random salt, so that the model
-    version, a hash of the declaration, says nothing of them); None when there are none."""
-    if not headers:
-        return None
-    return json.dumps({"salt": secrets.token_hex(16), "headers": headers}, sort_keys=True)
-
-
-def open_headers(sealed: str | None) -> dict[str, str]:
-    """The headers `seal_headers` stored ({} for None or a malformed value)."""
-    if not sealed:
-        return {}
-    try:
-        headers = json.loads(sealed).get("headers") or {}
-    except (ValueError, AttributeError):
-        return {}
-    return {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}
 
 
 def _detail(data: bytes) -> str:
@@ -237,13 +173,16 @@ class RemoteClient:
 
     # --- one request --------------------------------------------------------------------------
 
-    def _request(self, method: str, url: str, body: Any, limit: int) -> tuple[int, bytes]:
-        """(status, body bytes) of one request, all of it within `timeout_s`; an answer
-        over `limit` bytes is an error (an error answer is cut there)."""
+    def _request(
+        self, method: str, url: str, body: Any, limit: int, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """(status, body bytes) of one request, all of it within `timeout_s` (default the
+        client's); an answer over `limit` bytes is an error (an error answer is cut there)."""
+        seconds = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
         try:
             client = self._http()
             with (
-                deadline(self.timeout_s),
+                deadline(seconds),
                 client.stream(method, url, json=body, headers=self._headers) as r,
             ):
                 status = r.status_code
@@ -260,7 +199,7 @@ class RemoteClient:
                 return status, bytes(data[:cap])
         except httpx.TimeoutException:
             raise RemoteModelError(
-                f"remote model {self.where} did not answer within {self.timeout_s:g} s "
+                f"remote model {self.where} did not answer within {seconds:g} s "
                 "(REMOTE_CALL_TIMEOUT_S)"
             ) from None
         except httpx.HTTPError as exc:
@@ -276,7 +215,7 @@ class RemoteClient:
 
     def metadata(self) -> tuple[int, Any]:
         """(status, the parsed JSON or None) of the endpoint's OIP metadata (GET url)."""
-        status, data = self._request("GET", self.url, None, METADATA_BYTES)
+        status, data = self._request("GET", self.url, None, METADATA_BYTES, METADATA_TIMEOUT_S)
         try:
             return status, json.loads(data) if status == 200 else None
         except (ValueError, RecursionError):
@@ -430,3 +369,18 @@ def with_remote_info(model: Any, client: RemoteClient, cfg: RemoteConfig, **extr
         **extra,
     }
     return replace(model, info=info)
+
+
+__all__ = [
+    "RemoteClient",
+    "RemoteConfig",
+    "RemoteModelError",
+    "cache_version",
+    "client_of",
+    "config",
+    "configure",
+    "open_headers",
+    "reveal_remote_detail",
+    "seal_headers",
+    "with_remote_info",
+]
