@@ -18,6 +18,7 @@ from explainers.registry import UnknownExplainerError, UnsupportedModelError
 from models.base import ModelError, ModelNotReadyError, RowTooLargeError, UnknownModelError
 from models.remote import RemoteModelError
 from models.remote_text import NoTokenizerError
+from models.sandbox import ModelWorkerError
 
 log = logging.getLogger(__name__)
 DETAIL_BYTES = 200  # how much of a binary body a validation error echoes
@@ -115,6 +116,8 @@ def from_library(exc: Exception) -> ApiError:
         error = ApiError(str(exc), code="remote_model_error").with_status(502)
         error.admin_detail = exc.remote_detail
         return error
+    if isinstance(exc, ModelWorkerError):  # a crash or limit in the model's worker process
+        return ApiError(str(exc), code="model_worker_failed").with_status(502)
     if isinstance(exc, UnsupportedModelError):
         status = 422 if exc.code == "not_differentiable" else 400
         return ApiError(str(exc), code=exc.code).with_status(status)

@@ -31,6 +31,7 @@ from app.routes import KeyMemo, add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
+from models.sandbox import configure_from_settings
 from models.store import ModelStore
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ def resumes_here() -> bool:
 def create_app(settings: Settings | None = None, registry: ModelRegistry | None = None) -> FastAPI:
     """Build the service; nothing heavy happens until the app starts."""
     settings = settings or Settings()
+    configure_from_settings(settings)  # MODEL_SANDBOX, MODEL_WORKER_*: user models' workers
     registry = registry or ModelRegistry(
         settings.model_dir, device=settings.device, max_batch_bytes=settings.max_batch_bytes
     )

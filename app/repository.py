@@ -20,11 +20,12 @@ from app.routes import metadata
 from app.schemas import ModelMetadata
 from models.archive import is_gzip, is_tar, zip_names
 from models.base import Model, ModelError
-from models.facts import Facts, file_facts
+from models.facts import Facts
 from models.remote import reveal_remote_detail
+from models.sandbox import sandboxed_facts as file_facts  # booster files: read in workers
+from models.sandbox import sandboxed_register as register_model  # worker processes
 from models.store import ModelStore
 from models.user import FORMATS, Declaration
-from models.user import register as register_model
 
 router = APIRouter(tags=["repository"])
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")

@@ -154,6 +154,22 @@ class Settings(BaseSettings):
     remote_version_check_s: float = Field(
         30.0, ge=0, description="how often a remote model's metadata (its version) is re-read"
     )
+    # Model workers (issue 27): user model files load and run in sandboxed processes.
+    model_sandbox: Literal["on", "off"] = Field(
+        "on",
+        description="on: TorchScript, ONNX, XGBoost and LightGBM uploads load, are checked and "
+        "run in model worker processes (no network, empty root, rlimits, user nobody); off: in "
+        "the server process (debugging only)",
+    )
+    model_worker_memory_mb: int = Field(
+        4096, ge=0, description="address space of one model worker (RLIMIT_AS, MiB); 0: none"
+    )
+    model_worker_call_timeout_s: float = Field(
+        120.0, gt=0, description="longest model call (and load) in a worker; past it: killed, 502"
+    )
+    model_worker_processes: int = Field(
+        1, ge=1, le=16, description="worker processes per registered model (calls at once)"
+    )
 
     @field_validator("device")
     @classmethod

@@ -35,7 +35,7 @@ Build = Callable[[dict[str, Any], dict[str, bytes]], Model]
 
 
 def _build_user_model(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
-    from models.user import build_model  # torch.jit, onnxruntime, ... only when needed
+    from models.sandbox import sandboxed_build as build_model  # in model worker processes
 
     return build_model(meta, files)
 

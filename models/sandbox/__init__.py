@@ -1,0 +1,158 @@
+"""User models in sandboxed worker processes (issue 27).
+
+TorchScript, ONNX, XGBoost and LightGBM uploads are loaded, checked and run in model worker
+processes (models/sandbox/worker.py: no network, an empty root, rlimits, user nobody); the
+server holds a stand-in `Model` whose callables go to the worker (models/sandbox/proxy.py).
+Remote models (no code is loaded) and Hugging Face checkpoints and ONNX text models (their
+explainers reach into the network: embedding hooks, KV caches) stay in the server process.
+MODEL_SANDBOX=off keeps every user model in process (debugging).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from models.base import DEFAULT_MAX_BATCH_BYTES, Model, RowTooLargeError
+from models.declaration import Declaration, Facts, InvalidModelError
+from models.sandbox.pool import (
+    ModelWorkerError,
+    SandboxConfig,
+    WorkerGroup,
+    configure,
+    current_config,
+    shutdown,
+)
+
+SANDBOXED = ("torchscript", "onnx", "xgboost", "lightgbm")
+
+__all__ = [
+    "SANDBOXED",
+    "ModelWorkerError",
+    "SandboxConfig",
+    "configure",
+    "configure_from_settings",
+    "current_config",
+    "sandboxed_build",
+    "sandboxed_facts",
+    "sandboxed_register",
+    "shutdown",
+]
+
+
+def configure_from_settings(settings: Any) -> None:
+    """MODEL_SANDBOX and MODEL_WORKER_* of app.settings.Settings (and TORCH_THREADS)."""
+    configure(
+        SandboxConfig(
+            enabled=str(settings.model_sandbox).lower() != "off",
+            memory_mb=int(settings.model_worker_memory_mb),
+            call_timeout_s=float(settings.model_worker_call_timeout_s),
+            build_timeout_s=float(settings.model_worker_call_timeout_s),
+            processes=int(settings.model_worker_processes),
+            threads=int(settings.torch_threads),
+        )
+    )
+
+
+def sandboxed(fmt: str) -> bool:
+    """Whether models of format `fmt` run in worker processes now."""
+    return current_config().enabled and fmt in SANDBOXED
+
+
+def _in_worker(
+    decl: Declaration,
+    meta: dict[str, Any],
+    files: dict[str, bytes],
+    check: bool,
+    max_batch_bytes: int,
+) -> Model:
+    from models.sandbox.proxy import proxy_model
+    from models.user import load_background
+
+    group = WorkerGroup(meta, files.get("model", b""), max_batch_bytes, current_config())
+    spec, arrays = group.build(check)
+    model = proxy_model(decl, str(meta["version"]), group, spec, arrays)
+    if "background" in files:
+        bg = load_background(files["background"], decl)
+        info = {"source": "registered", "rows": len(bg)}
+        model = replace(model, background=bg, background_info=info, version=model.version)
+    return model
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidModelError(f"the model worker stated invalid {what}")
+    return tuple(value)
+
+
+def sandboxed_facts(fmt: str, data: bytes) -> Facts:
+    """models.facts.file_facts, read in a worker for the sandboxed formats that load the file
+    to read it (XGBoost's own loader, onnx's parser); LightGBM's header and TorchScript (which
+    states nothing) are read here without loading anything."""
+    from models.facts import file_facts
+
+    if not sandboxed(fmt) or fmt not in ("xgboost", "onnx"):
+        return file_facts(fmt, data)
+    found = WorkerGroup({"name": "facts", "format": fmt}, data, 0, current_config()).facts()
+    shape = found.get("input_shape")
+    ok_shape = shape is None or (
+        isinstance(shape, list)
+        and len(shape) <= 8
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in shape)
+    )
+    text = {k: found.get(k) for k in ("modality", "task", "onnx_output")}
+    if not ok_shape or not all(v is None or isinstance(v, str) for v in text.values()):
+        raise InvalidModelError("the model worker stated invalid facts")
+    return Facts(
+        modality=text["modality"],
+        task=text["task"],
+        input_shape=None if shape is None else tuple(shape),
+        output_names=_strings(found.get("output_names"), "output names"),
+        feature_names=_strings(found.get("feature_names"), "feature names"),
+        onnx_output=text["onnx_output"],
+    )
+
+
+def sandboxed_build(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
+    """models.user.build_model, in a worker for the sandboxed formats."""
+    from models.user import build_model, content_version
+
+    decl = Declaration.from_dict(meta)
+    if not sandboxed(decl.format):
+        return build_model(meta, files)
+    meta = {**meta, "version": meta.get("version") or content_version(files["model"], decl)}
+    return _in_worker(decl, meta, files, False, DEFAULT_MAX_BATCH_BYTES)
+
+
+def sandboxed_register(
+    decl: Declaration,
+    files: dict[str, bytes],
+    device: torch.device | None = None,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+) -> tuple[Model, dict[str, Any]]:
+    """models.user.register, in a fresh worker for the sandboxed formats: its loader, checks
+    and test passes run there (a crash is an InvalidModelError naming the signal), then the
+    test pass again through the stand-in."""
+    from models.device import place
+    from models.user import check_forward, register
+
+    if not sandboxed(decl.format):
+        return register(decl, files, device, max_batch_bytes)
+    meta = decl.as_dict()
+    data = files.get("model", b"")
+    h = hashlib.sha256(data + files.get("background", b""))
+    h.update(json.dumps({**meta, "name": None}, sort_keys=True).encode())
+    meta["version"] = h.hexdigest()[:16]
+    model = _in_worker(decl, meta, files, True, max_batch_bytes)
+    model = place(check_forward(model), device or torch.device("cpu"), max_batch_bytes)
+    try:
+        model.rows_per_pass()
+    except RowTooLargeError as exc:
+        raise InvalidModelError(str(exc)) from None
+    return model, meta
