@@ -26,7 +26,7 @@ class PeerState:
 
     user: str | None = None  # Basic auth required when set
     password: str | None = None
-    mode: str = "ok"  # ok | fail500 | trickle | trickle_headers
+    mode: str = "ok"  # ok | fail500 | trickle | trickle_headers | deep | bigint
     scale: float = 1.0
     version: str = "1"
     trickle_s: float = 0.5  # seconds between two bytes when trickling
@@ -114,6 +114,10 @@ def _handler(state: PeerState) -> type[BaseHTTPRequestHandler]:
                 "outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": out}]
             }
             raw = json.dumps(answer).encode()
+            if state.mode == "deep":  # JSON nested past any parser's recursion
+                raw = b'{"outputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            elif state.mode == "bigint":  # a 5000-digit integer
+                raw = raw.replace(b'"data": [', b'"data": [' + b"9" * 5000 + b", ", 1)
             if state.mode == "trickle_headers":
                 head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 self._trickle(head + f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)

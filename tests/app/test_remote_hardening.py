@@ -252,6 +252,15 @@ def test_a_trickling_remote_is_cut_at_the_total_deadline(mode: str) -> None:
     assert 1.4 <= elapsed < 2.5, elapsed
 
 
+@pytest.mark.parametrize("mode", ["deep", "bigint"])
+def test_hostile_answers_are_remote_errors(mode: str) -> None:
+    with (
+        oip_peer(PeerState(mode=mode)) as peer,
+        pytest.raises(RemoteModelError, match=r"answered non-JSON"),  # a 502, not a 500
+    ):
+        RemoteClient(peer.model_url(), 5.0)(np.ones((1, 3), np.float32))
+
+
 def test_infer_on_a_failing_or_trickling_remote_is_502(model_dir: Path, tmp_path: Path) -> None:
     with (
         oip_peer(PeerState(trickle_s=0.25)) as peer,
