@@ -26,6 +26,7 @@ from app.jobs.store import JobStore
 from app.logging import RequestContext
 from app.metrics import Metrics
 from app.oip import router as oip_router
+from app.pool import ComputePool
 from app.readiness import mark_ready, missing_models
 from app.routes import KeyMemo, add_explain_routes, router
 from app.service import ExplainService
@@ -221,6 +222,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.state.io_limiter = anyio.CapacityLimiter(settings.io_workers)
     app.state.key_memo = KeyMemo()  # cache keys of repeated small explain bodies
     app.state.pending_explains = 0  # explanations queued or running (bounded: 503 beyond)
+    app.state.pool = ComputePool(app.state, metrics.registry)  # slots held until threads stop
     errors.install(app)
     # First: FastAPI matches routes in order, and an included router costs a pass over each of
     # its routes; the explain routes (the hot path) conflict with none of them.

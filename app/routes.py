@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.cache import CacheUnavailable, hit_answer
+from app.cache import CacheUnavailable, hit_answer, scope_tag
 from app.errors import (
     ERROR_RESPONSES,
     ApiError,
@@ -25,7 +25,14 @@ from app.errors import (
     Overloaded,
 )
 from app.logging import current_request_id
-from app.readiness import mark_ready, missing_models, processes_waiting
+from app.pool import ComputePool
+from app.readiness import (
+    mark_ready,
+    may_name_models,
+    missing_models,
+    processes_waiting,
+    public_body,
+)
 from app.schemas import (
     ECHO_LIMIT,
     ExplainerInfo,
@@ -87,6 +94,8 @@ async def ready(request: Request) -> JSONResponse:
         )
     elif not cache["ok"]:
         body["detail"] = "cache unreachable: answering uncached"
+    if not may_name_models(svc.settings.api_keys, getattr(request.state, "api_key", None)):
+        body = public_body(body, missing)  # public route, no key: counts, not names
     return JSONResponse(body, status_code=503 if not_ready else 200)
 
 
@@ -197,13 +206,16 @@ async def bounded_compute(
 
     Sampling estimators watch the deadline themselves (and may answer with a partial
     estimate). Whenever the route stops waiting (deadline, client gone, server shutting down)
-    it withdraws the work too: the thread stops at its next model call instead of running on
-    outside the pool's bound, and nothing is cached.
+    it withdraws the work too: the thread stops at its next deadline check, and nothing is
+    cached. Until it has stopped it keeps its compute slot and counts against
+    MAX_PENDING_EXPLAINS (app/pool.py): abandoned work never runs beside EXPLAIN_WORKERS others.
     """
     state = request.app.state
-    if state.pending_explains >= state.settings.max_pending_explains:
+    pool: ComputePool = state.pool
+    if pool.full():
         raise Overloaded(
-            f"{state.pending_explains} explanations are already queued or running; retry soon",
+            f"{state.pending_explains} explanations are already queued or running (abandoned "
+            "ones still stopping included); retry soon",
             headers={"Retry-After": "1"},
         )
     withdrawn = threading.Event()
@@ -214,11 +226,7 @@ async def bounded_compute(
 
     async def work(scope: anyio.CancelScope) -> None:
         try:
-            done.append(
-                await anyio.to_thread.run_sync(
-                    svc.compute, prepared, limiter=state.limiter, abandon_on_cancel=True
-                )
-            )
+            done.append(await pool.run(svc.compute, prepared))
         except Exception as exc:  # the answer's error, raised below outside the task group
             failed.append(exc)
         scope.cancel()
@@ -230,7 +238,6 @@ async def bounded_compute(
         scope.cancel()
 
     reason = "shutdown"  # the task itself was cancelled: uvicorn's graceful shutdown ran out
-    state.pending_explains += 1
     try:
         wait = math.inf
         if prepared.deadline is not None:
@@ -250,7 +257,6 @@ async def bounded_compute(
             f"{limit_text(prepared)} passed before an answer",
         )
     finally:
-        state.pending_explains -= 1
         if not done and not failed:
             withdrawn.set()
             svc.metrics.cancelled.labels(reason).inc()
@@ -271,17 +277,18 @@ HIT_HEADERS = {"X-Cache": "HIT"}
 class KeyMemo:
     """Cache keys of small bodies prepared on the event loop before, so that a repeated request
     (the usual cache hit) skips turning JSON into arrays and hashing them. Keyed by the model's
-    version, the explainer and the body's exact bytes: such a request reads nothing else, so
-    the same bytes always prepare alike. Bounded: oldest out first."""
+    version, the explainer, the cache scope's key name (CACHE_SCOPE=key) and the body's exact
+    bytes: such a request reads nothing else, so the same bytes always prepare alike. Bounded:
+    oldest out first."""
 
     def __init__(self, entries: int = 1024) -> None:
         self.entries = entries
-        self._keys: dict[tuple[str, str, str, bytes], str] = {}
+        self._keys: dict[tuple[str, str, str, str, bytes], str] = {}
 
-    def get(self, memo_key: tuple[str, str, str, bytes]) -> str | None:
+    def get(self, memo_key: tuple[str, str, str, str, bytes]) -> str | None:
         return self._keys.get(memo_key)
 
-    def put(self, memo_key: tuple[str, str, str, bytes], key: str) -> None:
+    def put(self, memo_key: tuple[str, str, str, str, bytes], key: str) -> None:
         if len(self._keys) >= self.entries:
             del self._keys[next(iter(self._keys))]
         self._keys[memo_key] = key
@@ -351,7 +358,8 @@ def explain_route(spec: ExplainerSpec) -> Callable[..., Awaitable[Response]]:
             small = length.isdigit() and int(length) <= INLINE_BODY_BYTES
             inline = svc.inline_model(model, spec, body) if small else None
             if inline is not None and use_cache and int(length) <= MEMO_BODY_BYTES:
-                memo_key = (inline.version, model, spec.name, await request.body())
+                tag = scope_tag(svc.settings.cache_scope)  # the key is in the cache key too
+                memo_key = (inline.version, model, spec.name, tag, await request.body())
                 key = request.app.state.key_memo.get(memo_key)
             if key is None:
                 prepared = await prepare_request(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from explainers.explanation import ExplainResult, OptionError
-from explainers.games import BudgetError, NotDifferentiableError
+from explainers.games import BudgetError, NotDifferentiableError, check_deadline
 from explainers.gradients import pick_target, quadrature
 from explainers.text_gradients import explanation_of, hook_of, token_values
 
@@ -65,6 +65,7 @@ def explain_text_uni(
     alphas, weights = quadrature(options.method, options.ig_steps)
     explanations = []
     for text in texts:
+        check_deadline()  # between texts: withdrawn work stops before the next one
         ids_l, types_l, offsets, special_l = hook.encode(str(text))
         types = torch.tensor([types_l])
         module = hook.module(types)

@@ -323,6 +323,7 @@ def explain(
     eps_t = torch.tensor(eps, dtype=torch.float32, device=device)[None]
     explanations = []
     for row in inputs.astype(np.float32):
+        check_deadline()  # between rows: withdrawn work stops before the next one
         x = torch.from_numpy(row[None].copy()).to(device)  # [1, *shape]
         out = pick_target(model, target, model.predict(row[None])[0])
         unlearned, unlearning_evals, unlearned_ok = unlearned_output(module, x, out, options)

@@ -1,0 +1,225 @@
+"""The compute bound is real: work abandoned at its deadline keeps its EXPLAIN_WORKERS slot
+(and its place among MAX_PENDING_EXPLAINS) until its thread has stopped, and stops at its next
+deadline check. A real server process with EXPLAIN_WORKERS=2, and the pool itself on a real
+event loop with work that ignores its cancel check."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from app.pool import ComputePool
+from tests.app.test_bounded_time import cpu_seconds, digit, server
+
+IG = "/v2/models/digits-cnn/explain/integrated-gradients"
+WORKERS = 2
+
+
+def heavy(seed: int) -> dict[str, Any]:
+    """65,536 gradient rows asked in one pass of batch_size rows (~1.5 CPU-s unsliced)."""
+    params = {"baseline": "uniform", "steps": 1024, "n_baselines": 64, "batch_size": 65536}
+    return {"inputs": [digit()], "seed": seed, "timeout_ms": 300, "parameters": params}
+
+
+def gauge(text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert found is not None, f"{name} missing from /metrics"
+    return float(found.group(1))
+
+
+@pytest.fixture(scope="module")
+def two_workers(
+    model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    env = {"EXPLAIN_WORKERS": str(WORKERS)}
+    with server(model_dir, tmp_path_factory.mktemp("pool"), **env) as pair:
+        # Warm up: the first gradient pass of a fresh process takes seconds (torch's start).
+        httpx.post(pair[0] + IG, json=heavy(999), timeout=60)
+        yield pair
+
+
+def test_abandoned_heavy_requests_never_exceed_the_workers(
+    two_workers: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, proc = two_workers
+    answers: list[tuple[int, float]] = []
+    peaks: list[float] = []
+    firing = True
+
+    def fire(seed: int) -> None:
+        began = time.monotonic()
+        r = httpx.post(
+            url + IG, json=heavy(seed), headers={"Cache-Control": "no-cache"}, timeout=60
+        )
+        answers.append((r.status_code, time.monotonic() - began))
+
+    def watch() -> None:
+        while firing:
+            text = httpx.get(url + "/metrics", timeout=10).text
+            peaks.append(gauge(text, "explain_compute_threads"))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    for _round in range(2):  # one key's abandoned requests, twice over
+        shots = [threading.Thread(target=fire, args=(seed,)) for seed in range(6)]
+        for shot in shots:
+            shot.start()
+        for shot in shots:
+            shot.join()
+    firing = False
+    watcher.join()
+    assert [code for code, _ in answers] == [504] * 12, answers
+    # The 504 goes out at the deadline (300 ms + the route's grace), not when the work stops.
+    assert max(took for _, took in answers) < 2.5, answers
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    assert gauge(metrics, "explain_compute_threads_peak") <= WORKERS
+    assert max(peaks) <= WORKERS
+    # Abandoned work stops at its next deadline check (passes of ~0.1 s), then frees its slot.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+        if (
+            gauge(metrics, "explain_abandoned_running") == 0
+            and gauge(metrics, "explain_pending") == 0
+        ):
+            break
+        time.sleep(0.05)
+    assert gauge(metrics, "explain_abandoned_running") == 0
+    assert gauge(metrics, "explain_pending") == 0
+    before = cpu_seconds(proc.pid)
+    time.sleep(1.0)
+    assert cpu_seconds(proc.pid) - before < 0.3, "abandoned work still computes"
+
+
+def test_a_light_request_answers_in_time_after_abandoned_heavy_ones(
+    two_workers: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, _ = two_workers
+    shots = [
+        threading.Thread(
+            target=httpx.post,
+            args=(url + IG,),
+            kwargs={
+                "json": heavy(100 + s),
+                "headers": {"Cache-Control": "no-cache"},
+                "timeout": 60,
+            },
+        )
+        for s in range(6)
+    ]
+    for shot in shots:
+        shot.start()
+    for shot in shots:
+        shot.join()  # every one answered 504: their threads may still be stopping
+    light = {"inputs": [digit()], "timeout_ms": 3000, "parameters": {"steps": 16}}
+    began = time.monotonic()
+    r = httpx.post(url + IG, json=light, headers={"Cache-Control": "no-cache"}, timeout=30)
+    took = time.monotonic() - began
+    assert r.status_code == 200, r.text
+    assert took < 1.5, f"a light request took {took:.2f} s behind abandoned work"
+
+
+def test_an_abandoned_thread_keeps_its_slot_and_its_pending_place() -> None:
+    """Work that ignores its cancel check (a long native call) holds the slot until it
+    returns: the next call waits for it instead of running beside it."""
+    release = threading.Event()
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        state = SimpleNamespace(
+            limiter=anyio.CapacityLimiter(1),
+            pending_explains=0,
+            settings=SimpleNamespace(max_pending_explains=2),
+        )
+        pool = ComputePool(state, CollectorRegistry())
+        with anyio.move_on_after(0.2):
+            await pool.run(release.wait, 5.0)  # the route's deadline passes: abandoned
+        seen["abandoned"] = (pool.abandoned, pool.threads)
+        seen["held"] = (state.limiter.borrowed_tokens, state.pending_explains)
+        seen["full_at_two"] = pool.full() is False
+        order: list[str] = []
+
+        async def second() -> None:
+            order.append(str(await pool.run(lambda: "second")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(second)
+            await anyio.sleep(0.3)
+            order.append("released")  # the second call is still waiting for the slot
+            release.set()
+        seen["order"] = order
+        await anyio.sleep(0.05)
+        seen["after"] = (state.limiter.borrowed_tokens, state.pending_explains, pool.abandoned)
+        seen["peak"] = pool.peak
+
+    anyio.run(main)
+    assert seen["abandoned"] == (1, 1)
+    assert seen["held"] == (1, 1)
+    assert seen["full_at_two"]
+    assert seen["order"] == ["released", "second"]
+    assert seen["after"] == (0, 0, 0)
+    assert seen["peak"] == 1
+
+
+def test_a_call_cancelled_while_queued_holds_nothing() -> None:
+    release = threading.Event()
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        state = SimpleNamespace(
+            limiter=anyio.CapacityLimiter(1),
+            pending_explains=0,
+            settings=SimpleNamespace(max_pending_explains=2),
+        )
+        pool = ComputePool(state, CollectorRegistry())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.run, release.wait, 5.0)
+            await anyio.sleep(0.1)
+            with anyio.move_on_after(0.1):
+                await pool.run(lambda: "never")  # queued behind the first: then given up
+            seen["queued_gone"] = state.pending_explains
+            release.set()
+        await anyio.sleep(0.05)
+        seen["after"] = (state.limiter.borrowed_tokens, state.pending_explains, pool.peak)
+
+    anyio.run(main)
+    assert seen["queued_gone"] == 1
+    assert seen["after"] == (0, 0, 1)
+
+
+def test_gradient_passes_are_short_under_a_cancel_check(registry: Any) -> None:
+    """Asked for one pass of 32,768 rows (~1.3 s of a real CNN's forward and backward pass),
+    a cancel that comes 0.2 s in is seen at the next pass of ~SLICE_S, not after the pass."""
+    import numpy as np
+
+    from explainers.games import Cancelled
+    from explainers.games.deadlines import stop_when
+    from explainers.gradients import input_gradients, score_function
+
+    model = registry.get("digits-cnn")
+    score = score_function(model, "probability")
+    points = np.random.default_rng(0).random((32768, *model.input_shape))
+    began = time.monotonic()
+    input_gradients(score, points, 0, 32768)  # no check set: one pass, as asked
+    whole = time.monotonic() - began
+    withdrawn = threading.Event()
+    timer = threading.Timer(0.2, withdrawn.set)
+    began = time.monotonic()
+    timer.start()
+    with stop_when(withdrawn.is_set), pytest.raises(Cancelled):
+        input_gradients(score, points, 0, 32768)
+    stopped = time.monotonic() - began
+    assert whole > 0.8, f"the unsliced pass took {whole:.2f} s: too light to tell"
+    assert stopped < 0.2 + 0.35 * whole, f"stopped after {stopped:.2f} s (whole: {whole:.2f} s)"
