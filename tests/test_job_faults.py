@@ -130,6 +130,14 @@ class Setup:
         self.workers.append(proc)
         return proc
 
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
+        """Until the worker is connected to the broker and consuming."""
+        log = self.logs / f"worker-{self.workers.index(proc)}.log"
+        deadline = time.monotonic() + timeout
+        while " ready." not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, self.worker_log()
+            time.sleep(0.1)
+
     def client(self) -> TestClient:
         settings = Settings(
             model_dir=self.model_dir,
@@ -209,7 +217,7 @@ def test_postgres_stopped_mid_job(setup: Setup, postgres: PrivatePostgres) -> No
 def test_redis_down_at_submit(setup: Setup) -> None:
     """503 with Retry-After and the job's id; the stored job runs once the broker is back, and
     the same Idempotency-Key returns it."""
-    setup.worker()
+    setup.wait_ready(setup.worker())  # connected: it has to find the broker again
     body = audit(rows=20, budget=6000, chunk=10)
     key = {"Idempotency-Key": "faults-redis-down"}
     with setup.client() as client:

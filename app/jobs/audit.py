@@ -187,7 +187,7 @@ def model_crashed(exc: BaseException | None) -> bool:
     """Whether a model call failed because its model worker died or hit a limit (a crash,
     not an answer about this instance): models/sandbox's ModelWorkerError."""
     try:
-        from models.sandbox.pool import ModelWorkerError
+        from models.sandbox import ModelWorkerError
     except ImportError:  # a build without model workers
         return False
     return isinstance(exc, ModelWorkerError)

@@ -244,27 +244,30 @@ class ChunkStore:
         queued (its submission failed), when its holder's lease lapsed (once per lapse), or,
         with `lost_after_s`, when it waited that long unclaimed (a message the broker lost;
         the wait doubles with each re-queue, so a long queue is not flooded with copies)."""
-        with self.session() as s:
-            jobs = list(s.scalars(select(JobRow).where(JobRow.status.in_(("queued", "running")))))
+        columns = (JobRow.id, JobRow.total, JobRow.chunk_size, JobRow.created_at)
+        unfinished = JobRow.status.in_(("queued", "running"))
+        with self.session() as s:  # not the requests: they may be megabytes
+            jobs = [
+                (i, -(-t // c), at) for i, t, c, at in s.execute(select(*columns).where(unfinished))
+            ]
             if not jobs:
                 return [], []
-            ids = [j.id for j in jobs]
-            query = select(ChunkRow).where(ChunkRow.job_id.in_(ids))
+            query = select(ChunkRow).where(ChunkRow.job_id.in_([j[0] for j in jobs]))
             rows = {(r.job_id, r.idx): r for r in s.scalars(query)}
         missing = [
-            {"job_id": j.id, "idx": i, "enqueued_at": j.created_at}
-            for j in jobs
-            for i in range(_job(j).n_chunks)
-            if (j.id, i) not in rows
+            {"job_id": job_id, "idx": i, "enqueued_at": created}
+            for job_id, n_chunks, created in jobs
+            for i in range(n_chunks)
+            if (job_id, i) not in rows
         ]
         if missing:  # jobs from before this table, or not claimed yet: look again next time
             self._insert(missing)
         now = time.time()
         stale, complete = [], []
-        for j in jobs:
-            chunks = [rows.get((j.id, i)) for i in range(_job(j).n_chunks)]
+        for job_id, n_chunks, _ in jobs:
+            chunks = [rows.get((job_id, i)) for i in range(n_chunks)]
             if all(c is not None and c.done for c in chunks):
-                complete.append(j.id)
+                complete.append(job_id)
             for c in chunks:
                 if c is not None and not c.done and _is_stale(c, now, lost_after_s):
                     stale.append(Stale(c.job_id, c.idx, c.enqueued_at, c.attempts))
