@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from models.base import ModelError
@@ -31,6 +31,9 @@ class Declaration:
     remote_output: str | None = None
     uri: str | None = None  # huggingface: a checkpoint folder under MODEL_REPOSITORY (absolute)
     uri_digest: str | None = None  # its content hash when registered (models/hf.py)
+    # remote: sealed credentials (models/remote.py seal_headers), apart from remote_url; kept in
+    # the stored meta, never in an answer or a repr
+    remote_auth: str | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +50,7 @@ class Declaration:
             "remote_output": self.remote_output,
             "uri": self.uri,
             "uri_digest": self.uri_digest,
+            **({"remote_auth": self.remote_auth} if self.remote_auth else {}),
         }
 
     @classmethod
@@ -67,6 +71,7 @@ class Declaration:
             remote_output=meta.get("remote_output"),
             uri=meta.get("uri"),
             uri_digest=meta.get("uri_digest"),
+            remote_auth=meta.get("remote_auth"),
         )
 
 
