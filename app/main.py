@@ -28,10 +28,12 @@ from app.metrics import Metrics
 from app.oip import router as oip_router
 from app.pool import ComputePool
 from app.readiness import mark_ready, missing_models
+from app.remote_registration import remote_config
 from app.routes import KeyMemo, add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
+from models.remote import configure as configure_remote
 from models.sandbox import configure_from_settings
 from models.store import ModelStore
 
@@ -218,6 +220,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     for name in app.state.user_models.import_folders(settings.user_model_dir):
         log.info("registered model %s imported from the folder layout", name)
     registry.use_store(app.state.user_models)
+    configure_remote(remote_config(settings))  # REMOTE_*: remote models built from now on
     app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
     app.state.io_limiter = anyio.CapacityLimiter(settings.io_workers)
     app.state.key_memo = KeyMemo()  # cache keys of repeated small explain bodies
