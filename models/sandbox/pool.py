@@ -234,6 +234,8 @@ class Worker:
         if self.timed_out:
             return "timeout"
         code = None if self.process is None else self.process.exitcode
+        if code is not None and code >= 0:  # it exited itself (e.g. a message it refused)
+            return f"exited ({_signal_name(code)})"
         return f"crashed ({_signal_name(code)})"
 
     def kill(self) -> None:

@@ -53,13 +53,14 @@ def recv(
     conn: Connection,
     max_array_bytes: int,
     expected: Sequence[tuple[int, ...] | None] | None = None,
+    max_header_bytes: int = MAX_HEADER_BYTES,
 ) -> tuple[dict[str, Any], list[np.ndarray]]:
     """(header, arrays) of the next message. Each array may take at most `max_array_bytes`;
     `expected[i]` (where given and not None) is the shape array i must have. ProtocolError for a
-    header over MAX_HEADER_BYTES, malformed JSON, a disallowed dtype or a buffer whose length
+    header over `max_header_bytes`, malformed JSON, a disallowed dtype or a buffer whose length
     differs from its declared shape; EOFError when the other end closed."""
     try:
-        raw = conn.recv_bytes(MAX_HEADER_BYTES)
+        raw = conn.recv_bytes(max_header_bytes)
     except OSError as exc:  # multiprocessing: "bad message length" over the bound
         raise ProtocolError(f"header frame refused: {exc}") from None
     try:

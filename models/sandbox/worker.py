@@ -302,7 +302,7 @@ def main(conn: Connection, memory_mb: int, threads: int, nproc: int) -> None:
     served: Served | None = None
     while True:
         try:
-            header, arrays = recv(conn, MAX_IN_BYTES)
+            header, arrays = recv(conn, MAX_IN_BYTES, None, MAX_IN_BYTES)
         except (EOFError, OSError, ProtocolError):
             os._exit(0)  # the server is gone (or broke the framing)
         op = header.get("op")
