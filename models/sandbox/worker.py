@@ -158,8 +158,11 @@ class Served:
             with torch.no_grad():
                 for name, value in zip(self.names + self.buffer_names, arrays, strict=True):
                     tensors[name].copy_(torch.from_numpy(value.copy()))
-        module.train(bool(header.get("training")))
-        torch.manual_seed(int(header.get("seed", 0)))  # dropout: the same in the recomputation
+        training = bool(header.get("training"))
+        if module.training != training:
+            module.train(training)
+        if training:  # dropout: the same masks in the backward pass's recomputation
+            torch.manual_seed(int(header.get("seed", 0)))
         return module
 
     def _output(self, out: Any, rows: int) -> torch.Tensor:
