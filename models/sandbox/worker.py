@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import multiprocessing
 import os
 import resource
 import signal
@@ -58,6 +59,17 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def _wipe_initial_environment(libc: Any) -> None:
+    """Zero the environment strings on the initial stack (inherited from the zygote, which got
+    the server's): after clearenv nothing points there, but the bytes would stay readable."""
+    with contextlib.suppress(Exception):
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (stat 50, 51)
+        if 0 < start < end and end - start < (16 << 20):
+            ctypes.memset(start, 0, end - start)
+
+
 def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
@@ -72,6 +84,12 @@ def sandbox(memory_mb: int, threads: int, nproc: int) -> dict[str, str]:
     torch.set_num_threads(max(1, threads))
     with contextlib.suppress(Exception):
         libc.mallopt(-8, 2)  # M_ARENA_MAX: few malloc arenas, so the address space stays small
+    os.environ.clear()  # the server's environment (database URL, keys) is not the model's
+    with contextlib.suppress(Exception):
+        libc.clearenv()
+    os.environ["KINETO_LOG_LEVEL"] = "6"
+    _wipe_initial_environment(libc)
+    multiprocessing.current_process().authkey = os.urandom(32)
     root = os.geteuid() == 0
     state["network"] = "isolated" if libc.unshare(CLONE_NEWNET) == 0 else "not isolated"
     fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 16

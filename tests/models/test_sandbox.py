@@ -151,6 +151,9 @@ def test_the_worker_is_isolated_as_seen_from_outside() -> None:
     assert f"Max address space         {current_config().memory_mb << 20}" in limits
     assert "Max file size             0" in limits and "Max core file size        0" in limits
     assert model.info["sandbox"]["network"] == "isolated"
+    environ = Path(f"/proc/{pid}/environ").read_bytes()  # the zygote got the server's
+    assert b"PATH=" in Path("/proc/self/environ").read_bytes()
+    assert b"PATH=" not in environ and not environ.strip(b"\0")  # wiped in the worker
 
 
 def test_a_module_cannot_write_a_host_file(tmp_path: Path, unchecked: None) -> None:
@@ -159,7 +162,7 @@ def test_a_module_cannot_write_a_host_file(tmp_path: Path, unchecked: None) -> N
         path.write_bytes(b"original bytes")
         path.chmod(0o666)  # even a world-writable file
     decl = declaration(form("sandbox-writer"), "torchscript")
-    with pytest.raises(InvalidModelError, match="test forward pass .* unable to open file"):
+    with pytest.raises(InvalidModelError, match=r"test forward pass .* unable to open file"):
         sandboxed_register(decl, {"model": scripted_bytes(Writer(str(victim)))})
     assert victim.read_bytes() == b"original bytes"
     # The same module in process (its operator check off) does overwrite the file.
