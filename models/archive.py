@@ -13,6 +13,7 @@ MAX_MEMBER_RATIO times (members over RATIO_SLACK), or members that add up to mor
 
 from __future__ import annotations
 
+import encodings.cp437  # noqa: F401  (zipfile decodes member names with it: loaded before a sandboxed worker's chroot)
 import io
 import os
 import stat

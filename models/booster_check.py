@@ -89,6 +89,13 @@ def _finite_constant(name: str) -> float:
     raise _fail(f"XGBoost JSON: {name} is not a finite number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _fail(f"XGBoost JSON: {text[:40]} is not a finite number")
+    return value
+
+
 # --- XGBoost ---------------------------------------------------------------------------------
 
 
@@ -100,7 +107,10 @@ def xgboost_checked(data: bytes) -> bytes:
             model = load_ubjson(data)
         else:
             model = json.loads(
-                data, object_pairs_hook=_no_duplicates, parse_constant=_finite_constant
+                data,
+                object_pairs_hook=_no_duplicates,
+                parse_constant=_finite_constant,
+                parse_float=_finite_float,
             )
     except BoosterFileError:
         raise
@@ -108,9 +118,12 @@ def xgboost_checked(data: bytes) -> bytes:
         kind = "UBJSON" if ubj else "JSON"
         raise _fail(f"not an XGBoost model ({kind}): {str(exc)[:200]}") from None
     _check_xgboost(model)
-    if ubj:
-        return dump_ubjson(model)
-    return json.dumps(model, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        if ubj:
+            return dump_ubjson(model)
+        return json.dumps(model, separators=(",", ":"), allow_nan=False).encode()
+    except (UbjError, ValueError, TypeError, OverflowError) as exc:
+        raise _fail(f"XGBoost model cannot be re-encoded: {str(exc)[:200]}") from None
 
 
 def _get(obj: Any, key: str, what: str) -> Any:
@@ -145,6 +158,8 @@ def _check_xgboost(model: Any) -> None:
     objective = str(_get(_get(learner, "objective", "learner"), "name", "objective"))
     if objective.startswith("multi:") and n_class < 1:
         raise _fail(f"XGBoost objective {objective} needs num_class >= 1")
+    if not objective.startswith("multi:") and n_class > 1:
+        raise _fail(f"XGBoost num_class is {n_class} but objective {objective} has one class")
     for key in ("feature_names", "feature_types"):
         names = learner.get(key) or []
         if not isinstance(names, list) or len(names) not in (0, n_features):
@@ -163,16 +178,16 @@ def _check_xgboost(model: Any) -> None:
         return
     if name == "dart":
         trees_model = _get(_get(booster, "gbtree", "dart"), "model", "dart gbtree")
-        n = _check_gbtree(trees_model, n_features, groups)
+        n = _check_gbtree(trees_model, n_features, groups, n_target)
         if len(_floats(booster.get("weight_drop", []), "dart weight_drop")) != n:
             raise _fail("XGBoost dart weight_drop must have one weight per tree")
         return
     if name != "gbtree":
         raise _fail(f"XGBoost booster {str(name)[:40]!r} is not gbtree, dart or gblinear")
-    _check_gbtree(_get(booster, "model", "gbtree"), n_features, groups)
+    _check_gbtree(_get(booster, "model", "gbtree"), n_features, groups, n_target)
 
 
-def _check_gbtree(model: Any, n_features: int, groups: int) -> int:
+def _check_gbtree(model: Any, n_features: int, groups: int, n_target: int = 1) -> int:
     trees = _get(model, "trees", "gbtree model")
     if not isinstance(trees, list):
         raise _fail("XGBoost trees must be a list")
@@ -187,7 +202,7 @@ def _check_gbtree(model: Any, n_features: int, groups: int) -> int:
     if indptr.size and (indptr[0] != 0 or indptr[-1] != len(trees) or np.any(np.diff(indptr) < 0)):
         raise _fail("XGBoost iteration_indptr must rise from 0 to the number of trees")
     for i, tree in enumerate(trees):
-        _check_tree(tree, i, n_features)
+        _check_tree(tree, i, n_features, n_target)
     return len(trees)
 
 
@@ -196,11 +211,15 @@ _NODE_ARRAYS = ("left_children", "right_children", "parents", "split_indices",
 _OPTIONAL_NODE_ARRAYS = ("split_type", "loss_changes", "sum_hessian")
 
 
-def _check_tree(tree: Any, i: int, n_features: int) -> None:
+def _check_tree(tree: Any, i: int, n_features: int, n_target: int) -> None:
     what = f"XGBoost tree {i}"
+    if "id" in tree and _int(tree["id"], f"{what} id") != i:  # XGBoost indexes trees by it
+        raise _fail(f"{what} has id {tree['id']}; trees must be numbered 0, 1, ... in order")
     param = _get(tree, "tree_param", what)
     n = _int(_get(param, "num_nodes", f"{what} tree_param"), f"{what} num_nodes", 1)
     leaf_size = _int(param.get("size_leaf_vector", "1"), f"{what} size_leaf_vector", 0, 1 << 16)
+    if leaf_size > 1 and leaf_size != n_target:  # a vector leaf: one value per target
+        raise _fail(f"{what}: size_leaf_vector {leaf_size} but the model has {n_target} target")
     if "num_feature" in param and _int(param["num_feature"], f"{what} num_feature") != n_features:
         raise _fail(f"{what}: num_feature differs from the learner's {n_features}")
     if _int(param.get("num_deleted", "0"), f"{what} num_deleted") != 0:
@@ -208,15 +227,19 @@ def _check_tree(tree: Any, i: int, n_features: int) -> None:
     arrays = {k: _get(tree, k, what) for k in _NODE_ARRAYS}
     arrays.update({k: tree[k] for k in _OPTIONAL_NODE_ARRAYS if k in tree})
     for key, value in arrays.items():
-        if len(value) != n:
-            raise _fail(f"{what}: {key} has {len(value)} entries for {n} nodes")
+        if not isinstance(value, list | np.ndarray) or len(value) != n:
+            size = len(value) if isinstance(value, list | np.ndarray) else "no"
+            raise _fail(f"{what}: {key} has {size} entries for {n} nodes")
+    for key in ("loss_changes", "sum_hessian"):
+        if key in arrays:
+            _floats(arrays[key], f"{what} {key}")
     left = _ints(arrays["left_children"], f"{what} left_children")
     right = _ints(arrays["right_children"], f"{what} right_children")
     parents = _ints(arrays["parents"], f"{what} parents")
     split = _ints(arrays["split_indices"], f"{what} split_indices")
     _floats(arrays["split_conditions"], f"{what} split_conditions")
     weights = _floats(tree.get("base_weights", []), f"{what} base_weights")
-    if weights.size not in (0, n, n * max(leaf_size, 1)):
+    if weights.size != n * max(leaf_size, 1):
         raise _fail(f"{what}: base_weights has {weights.size} entries for {n} nodes")
     if np.any(~np.isin(_ints(arrays["default_left"], f"{what} default_left"), (0, 1))):
         raise _fail(f"{what}: default_left must be 0 or 1")

@@ -20,6 +20,7 @@ without bounds checks. A refusal is an InvalidModelError (400) naming the operat
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -176,8 +177,6 @@ def _tokens(name: str, raw: bytes) -> list[tokenize.TokenInfo]:
 
 
 def _string_value(token: str) -> str:
-    import ast
-
     try:
         value = ast.literal_eval(token)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
