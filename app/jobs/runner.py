@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from types import TracebackType
 
+from app.auth import acting_as
 from app.errors import ApiError
 from app.jobs.audit import top_k_bootstrap
 from app.jobs.context import CancelWatch, JobContext, backoff_s
@@ -123,7 +124,8 @@ def _run(ctx: JobContext, job: Job, chunk: int) -> bool:
     # A cancel reaches the explainers at their next model call (sampling: the next round); so
     # does the server's shutdown: the chunk gives its lease up and runs again at the next
     # start (in-process queue) or on another worker (the sweeper queues it).
-    with stop_when(any_of(CancelWatch(ctx, job.id), ctx.service.stopping.is_set)):
+    watch = stop_when(any_of(CancelWatch(ctx, job.id), ctx.service.stopping.is_set))
+    with watch, acting_as(job.owner):  # as its owner: CACHE_SCOPE=key scopes its cache use
         kind(job.kind).run(ctx, job, todo)
     return not todo or len(ctx.store.stored_indices(job.id, indices)) == len(indices)
 
