@@ -10,6 +10,7 @@ among them) and feature importances are left out.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,9 @@ _INTERNAL = ("split_feature", "split_gain", "threshold", "decision_type", "left_
              "right_child", "internal_value", "internal_weight", "internal_count")  # fmt: skip
 _LEAF = ("leaf_value", "leaf_weight", "leaf_count")
 MAX_LEAVES = 1 << 20
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?inf")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _fields(lines: list[str], what: str) -> dict[str, str]:
@@ -61,7 +65,10 @@ def _num(fields: dict[str, str], key: str, what: str, low: int = 0, high: int = 
 
 def _array(fields: dict[str, str], key: str, n: int, what: str, ints: bool) -> np.ndarray:
     raw = fields.get(key, "")
-    parts = raw.split() if raw else []
+    parts = raw.split(" ") if raw else []  # LightGBM splits on spaces only
+    pattern = _INT if ints else _FLOAT
+    if not all(pattern.fullmatch(p) for p in parts):
+        raise _fail(f"LightGBM {what}: {key} holds a value that is not a number")
     if len(parts) != n:
         raise _fail(f"LightGBM {what}: {key} has {len(parts)} values; expected {n}")
     try:
@@ -161,6 +168,8 @@ def lightgbm_checked(data: bytes) -> bytes:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise _fail("not a LightGBM model (text format): not UTF-8") from None
+    if _CONTROL.search(text):
+        raise _fail("not a LightGBM model (text format): it holds control characters")
     if not text.lstrip().startswith("tree"):
         raise _fail("not a LightGBM model (text format): it must start with 'tree'")
     header_lines, tree_blocks, rest = _split(text.lstrip())
