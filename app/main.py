@@ -102,7 +102,8 @@ def make_queue(settings: Settings, ctx: JobContext) -> Queue:
     if backend == "celery":
         if not settings.redis_url:
             raise ValueError("JOB_QUEUE=celery needs REDIS_URL")
-        return CeleryQueue(settings.redis_url, settings.job_visibility_timeout_s)
+        # with ctx, a chunk the broker refused is marked unqueued: the next sweep queues it
+        return CeleryQueue(settings.redis_url, settings.job_visibility_timeout_s, ctx)
     return InProcessQueue(ctx, settings.job_workers)
 
 

@@ -24,6 +24,7 @@ from app.errors import (
     NotFound,
     Overloaded,
 )
+from app.jobs.unavailable import store_health
 from app.logging import current_request_id
 from app.pool import ComputePool
 from app.readiness import (
@@ -71,6 +72,7 @@ async def ready(request: Request) -> JSONResponse:
     svc = service(request)
     models = svc.registry.status()
     cache = await anyio.to_thread.run_sync(svc.cache.health)
+    jobs = await anyio.to_thread.run_sync(store_health, request.app.state.jobs)
     svc.metrics.cache_up.set(1 if cache["ok"] else 0)
     # Background models (the LMs) report their state here but do not hold readiness back.
     missing = missing_models(models)
@@ -81,9 +83,10 @@ async def ready(request: Request) -> JSONResponse:
     not_ready = bool(missing) or waiting is not None
     body: dict[str, Any] = {
         "ready": not not_ready,
-        "status": "ready" if not not_ready and cache["ok"] else "degraded",
+        "status": "ready" if not not_ready and cache["ok"] and jobs["ok"] else "degraded",
         "models": models,
         "cache": cache,
+        "jobs": jobs,  # the job database: {"ok"} or {"ok": false, "error"} (job routes: 503)
     }
     if missing:
         body.update(error=f"models not loaded: {missing}", code="not_ready")
@@ -92,8 +95,9 @@ async def ready(request: Request) -> JSONResponse:
             error=f"API processes with their models loaded: {waiting[0]} of {waiting[1]}",
             code="not_ready",
         )
-    elif not cache["ok"]:
-        body["detail"] = "cache unreachable: answering uncached"
+    elif not cache["ok"] or not jobs["ok"]:
+        down = [] if cache["ok"] else ["cache unreachable: answering uncached"]
+        body["detail"] = "; ".join(down + ([] if jobs["ok"] else [jobs["error"]]))
     if not may_name_models(svc.settings.api_keys, getattr(request.state, "api_key", None)):
         body = public_body(body, missing)  # public route, no key: counts, not names
     return JSONResponse(body, status_code=503 if not_ready else 200)

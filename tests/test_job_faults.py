@@ -207,10 +207,13 @@ def test_postgres_stopped_mid_job(setup: Setup, postgres: PrivatePostgres) -> No
             assert client.get("/v2/jobs").status_code == 503
             assert client.post("/v2/jobs", json=body).status_code == 503
             assert store_health(client.app.state.jobs)["ok"] is False  # type: ignore[attr-defined]
+            ready = client.get("/v2/health/ready").json()
+            assert ready["status"] == "degraded" and ready["jobs"]["ok"] is False, ready
             time.sleep(14)
         finally:
             postgres.start()  # always: the module's other tests use it
         assert store_health(client.app.state.jobs) == {"ok": True}  # type: ignore[attr-defined]
+        assert client.get("/v2/health/ready").json()["jobs"] == {"ok": True}
         finished_once(client, job_id, 60, setup)
 
 
