@@ -51,6 +51,9 @@ def _outputs(task: str, k: int) -> tuple[str, ...]:
 def _xgboost(data: bytes) -> Facts:
     import xgboost as xgb
 
+    from models.booster_check import xgboost_checked
+
+    data = xgboost_checked(data)  # structure checked before the library reads it
     booster = xgb.Booster()
     try:
         booster.load_model(bytearray(data))
@@ -157,6 +160,9 @@ def _onnx(data: bytes) -> Facts:
             f"not a model this service can read (TorchScript, ONNX, XGBoost JSON/UBJSON or "
             f"LightGBM text; pickles are never accepted): onnx says {exc}"
         ) from None
+    from models.onnx import check_external_data
+
+    check_external_data(model)  # before numpy_helper reads any tensor (external data)
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
     inputs = [i for i in graph.input if i.name not in initializers]

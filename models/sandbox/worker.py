@@ -42,6 +42,8 @@ PRELOAD = (
     "onnxruntime",
     "onnx",
     "shap",
+    "encodings.cp437",  # zip member names, decoded after the chroot
+    "models.archive",
     "models.user",
     "models.trees",
     "models.onnx",
