@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -169,7 +170,13 @@ def _body(
             content["detail"] = jsonable_encoder(detail, custom_encoder={bytes: _bytes_text})
         except Exception:  # the detail is a courtesy; the answer must go out
             log.warning("error detail not serialisable; dropped", exc_info=True)
-    return JSONResponse(content, status_code=status, headers=headers)
+    try:
+        return JSONResponse(content, status_code=status, headers=headers)
+    except UnicodeEncodeError:  # a lone surrogate echoed from the request: JSON's \ud800 escape
+        response = JSONResponse(None, status_code=status)
+        response.body = json.dumps(content, ensure_ascii=True, default=str).encode()
+        response.init_headers(headers)  # Content-Length of the escaped body
+        return response
 
 
 def _bytes_text(value: bytes) -> str:

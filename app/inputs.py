@@ -46,6 +46,8 @@ def _row(model: Model, item: Any, where: str) -> np.ndarray:
         )
     try:
         arr = np.asarray(item, dtype=np.float64)
+    except OverflowError:  # a JSON integer of hundreds of digits
+        raise InvalidInput(f"{where}: values exceed the float32 range") from None
     except (TypeError, ValueError):
         raise InvalidInput(f"{where}: expected numbers in a regular nested list") from None
     if arr.dtype == object:
@@ -69,6 +71,14 @@ def _text(model: TextModel, item: Any, where: str, empty: bool = False) -> str:
         raise InvalidInput(f"{where}: the text is empty")
     if "\x00" in item:
         raise InvalidInput(f"{where}: the text contains a NUL character")
+    if not item.isascii():  # a lone surrogate ("\ud800" in JSON) is no text: UTF-8 refuses it
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(
+                f"{where}: character {exc.start} is a lone UTF-16 surrogate "
+                f"(\\u{ord(item[exc.start]):04x}), not text"
+            ) from None
     if len(item) > model.max_chars:
         raise InvalidInput(f"{where}: {len(item)} characters; at most {model.max_chars}")
     # max_tokens 0: no tokenizer here (a remote text model); the endpoint truncates

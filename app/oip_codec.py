@@ -29,6 +29,7 @@ NUMERIC: dict[str, np.dtype[Any]] = {  # OIP datatype -> little-endian numpy dty
     "FP64": np.dtype("<f8"),
 }
 
+
 @dataclass(frozen=True)
 class Tensor:
     """A decoded input tensor: flat values, numbers as an array or BYTES as strings."""
@@ -54,6 +55,20 @@ def _split(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
     return body[:n], body[n:]
 
 
+MAX_INT_DIGITS = 309  # past float64's range (1.8e308): no tensor datatype holds such a number
+
+
+def _json_int(digits: str) -> int:
+    """A JSON integer; one of more than MAX_INT_DIGITS digits is a 400 (Python refuses to
+    read 4,300 and more, and floats overflow long before)."""
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise InvalidInput(
+            f"a JSON integer of {len(digits.lstrip('-'))} digits: beyond every tensor datatype",
+            code="invalid_json",
+        )
+    return int(digits)
+
+
 def _parse(header: bytes, binary_hint: bool) -> InferRequest:
     try:
         text = header.decode("utf-8")
@@ -64,12 +79,14 @@ def _parse(header: bytes, binary_hint: bool) -> InferRequest:
             code="invalid_body",
         ) from None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"the request is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
             code="invalid_json",
         ) from None
+    except RecursionError:
+        raise InvalidInput("the request's JSON is nested too deeply", code="invalid_json") from None
     return InferRequest.model_validate(obj)  # pydantic's ValidationError renders as a 422
 
 

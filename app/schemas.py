@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from explainers.registry import ExplainerSpec
 
@@ -16,6 +16,21 @@ from explainers.registry import ExplainerSpec
 # 90 KB of JSON. Larger images (3x64x64 is 12,288, 3x224x224 150,528: 1+ MB) answer
 # `data: null` with a `data_digest` unless the request asks for them with `return_inputs`.
 ECHO_LIMIT = 4096
+
+
+def _utf8(value: str) -> str:
+    """Refuse lone UTF-16 surrogates ("\\ud800" is valid JSON): they are no UTF-8 text, and
+    hashing, logging or echoing them fails (a 500) further on."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            where = exc.start
+            raise ValueError(f"character {where} is a lone UTF-16 surrogate, not text") from None
+    return value
+
+
+Utf8 = Annotated[str, AfterValidator(_utf8)]  # a string that encodes as UTF-8
 
 
 def _more_numbers_than(instance: Any, limit: int) -> bool:
@@ -79,7 +94,7 @@ class ExplainRequestBase(BaseModel):
         description="background rows for the background masker; default: the model's "
         "(not for text models)",
     )
-    id: str | None = Field(None, max_length=200, description="request id, echoed back")
+    id: Utf8 | None = Field(None, max_length=200, description="request id, echoed back")
     timeout_ms: int | None = Field(
         None,
         ge=1,
@@ -358,7 +373,7 @@ class InferRequest(BaseModel):
     """Open Inference Protocol inference request."""
 
     model_config = ConfigDict(strict=True)  # JSON true is not 1, "1" is not 1
-    id: str | None = None
+    id: Utf8 | None = None
     inputs: list[InferInput] = Field(..., min_length=1, max_length=1)
     parameters: Parameters | None = Field(
         None,
