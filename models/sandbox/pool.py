@@ -365,7 +365,10 @@ class WorkerGroup:
         try:
             w.start(self.config)
             reply, _ = w.call(
-                {"op": "facts", "format": fmt}, self._payload(), self.config.build_timeout_s, 1
+                {"op": "facts", "format": fmt, "skip_file_checks": self.config.skip_file_checks},
+                self._payload(),
+                self.config.build_timeout_s,
+                1,
             )
         except _Died as exc:
             raise InvalidModelError(

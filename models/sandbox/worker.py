@@ -333,6 +333,9 @@ def main(conn: Connection, memory_mb: int, threads: int, nproc: int) -> None:
             if op == "facts":  # what the file states (XGBoost: read by its own loader)
                 from models.facts import file_facts
 
+                if header.get("skip_file_checks"):
+                    _skip_file_checks()
+
                 facts = file_facts(str(header["format"]), arrays[0].tobytes())
                 reply, out = {"facts": facts.__dict__}, list[np.ndarray]()
             elif op == "build":
