@@ -32,9 +32,8 @@ def _model(decl: Declaration, module: torch.nn.Module | None, version: str, **ex
         module=module,
         version=version,
         platform=decl.format,
-        info={"source": decl.format},
         input_range=decl.input_range,
-        **extra,
+        **{"info": {"source": decl.format}, **extra},
     )
 
 

@@ -305,18 +305,13 @@ def proxy_model(
     else:
         fields["grad_row_bytes"] = 0
     tree = WorkerTree(group, dict(spec.get("tree") or {}), n, k) if kind == "tree" else None
-    return Model(
-        name=decl.name,
-        modality=decl.modality,
-        task=decl.task,
-        input_shape=decl.input_shape,
-        feature_names=decl.feature_names,
-        output_names=decl.output_names,
-        module=module,
-        version=version,
-        platform=decl.format,
+    from models.user import _model  # the fields every user model takes from its declaration
+
+    return _model(
+        decl,
+        module,
+        version,
         info=info,
-        input_range=decl.input_range,
         tree=tree,
         predict_fn=None if kind == "module" else WorkerPredict(group, k),
         **fields,
