@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import math
 import os
 import socket
@@ -69,22 +70,48 @@ def worker_app() -> Any:
     return create_app(Settings())
 
 
-def check_settings(parser: argparse.ArgumentParser) -> float:
+def loopback(host: str) -> bool:
+    """Whether `host` (the --host address) is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any interface
+
+
+def open_refusal(host: str, api_keys: str | None, allow_open: bool) -> str | None:
+    """Why a start is refused: no API_KEYS on an address others can reach, without ALLOW_OPEN=1
+    (every route would answer anyone, the admin routes included); None when it may start."""
+    if (api_keys or "").strip() or allow_open or loopback(host):
+        return None
+    return (
+        f"python -m app: --host {host} serves other machines, and API_KEYS is unset: every "
+        "route, model registration included, would answer anyone. Set API_KEYS (docs/security.md"
+        "), or ALLOW_OPEN=1 to serve an open service on purpose, or --host 127.0.0.1.\n"
+    )
+
+
+def check_settings(parser: argparse.ArgumentParser, host: str) -> float:
     """Stop the start, before any worker is spawned, on a setting this machine cannot honour
-    (DEVICE=cuda without a CUDA device, ...): one line per setting, exit status 2. Returns
-    SHUTDOWN_GRACE_S."""
+    (DEVICE=cuda without a CUDA device, ...) or an open service on a network address: one line
+    per setting, exit status 2. Returns SHUTDOWN_GRACE_S."""
     from pydantic import ValidationError
 
     from app.settings import Settings
 
     try:
-        return Settings().shutdown_grace_s
+        settings = Settings()
     except ValidationError as exc:
         lines = [
             f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
             for e in exc.errors()
         ]
         parser.exit(2, "python -m app: invalid settings\n" + "\n".join(lines) + "\n")
+    refusal = open_refusal(host, settings.api_keys, settings.allow_open)
+    if refusal is not None:
+        parser.exit(2, refusal)
+    return settings.shutdown_grace_s
 
 
 def main() -> None:
@@ -95,7 +122,7 @@ def main() -> None:
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     args = parser.parse_args()
     configure_logging(args.log_level, args.log_format)
-    grace = check_settings(parser)
+    grace = check_settings(parser, args.host)
     # SIGTERM: running requests get SHUTDOWN_GRACE_S (then app/main.py cancels explanations,
     # which answer 503), and uvicorn cancels whatever still runs a little later; never an
     # open-ended "Waiting for connections to close".

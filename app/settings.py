@@ -102,6 +102,11 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(
         None, description='JSON list of {"name", "sha256", "scopes"}; unset: open (local use)'
     )
+    allow_open: bool = Field(
+        False,
+        description="python -m app: serve without API_KEYS on an address other than loopback "
+        "(an open service on a network); unset, such a start is refused",
+    )
     user_model_dir: Path = Field(default_factory=lambda: _cache_root() / "user-models")
     max_model_bytes: int = 64 * 1024 * 1024
     model_repository: Path | None = Field(

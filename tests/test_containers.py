@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import http.server
 import importlib.util
+import ipaddress
 import json
 import os
 import re
@@ -209,14 +210,25 @@ def test_compose_puts_the_api_replicas_behind_the_balancer() -> None:
     services = compose()["services"]
     api, lb = services["api"], services["lb"]
     assert "ports" not in api and "container_name" not in api
-    assert lb["image"].startswith("nginx:") and lb["ports"] == ["8000:8000"]
+    # published on loopback unless BIND_ADDR says otherwise
+    assert lb["image"].startswith("nginx:") and lb["ports"] == ["${BIND_ADDR:-127.0.0.1}:8000:8000"]
     assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in lb["volumes"]
     assert lb["depends_on"]["api"]["condition"] == "service_healthy"
     conf = NGINX_CONF.read_text()
     assert "set $api http://api:8000;" in conf and "proxy_pass $api;" in conf
     assert "resolver 127.0.0.11" in conf  # Docker's DNS: every replica's address, re-read
-    # the api trusts the balancer's X-Forwarded-For (uvicorn's setting, not one of ours)
-    assert api["environment"]["FORWARDED_ALLOW_IPS"] == "*"
+    # the api trusts X-Forwarded-For from the balancer's fixed address only (uvicorn's setting),
+    # and nginx replaces whatever the client sent with the connection's own address
+    lb_address = lb["networks"]["front"]["ipv4_address"]
+    assert api["environment"]["FORWARDED_ALLOW_IPS"] == lb_address
+    front = compose()["networks"]["front"]["ipam"]["config"][0]
+    assert ipaddress.ip_address(lb_address) in ipaddress.ip_network(front["subnet"])
+    assert ipaddress.ip_address(lb_address) not in ipaddress.ip_network(front["ip_range"])
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf
+    assert "$proxy_add_x_forwarded_for" not in conf
+    # the api refuses to start without keys unless ALLOW_OPEN=1 (python -m app's check)
+    assert api["environment"]["API_KEYS"] == "${API_KEYS:-}"
+    assert api["environment"]["ALLOW_OPEN"] == "${ALLOW_OPEN:-0}"
     # replicas share the backends: the same Redis and database for api and worker
     for key in ("REDIS_URL", "DATABASE_URL"):
         assert api["environment"][key] == services["worker"]["environment"][key]
@@ -295,8 +307,10 @@ def test_nginx_spreads_requests_over_replicas_and_skips_a_dead_one(tmp_path: Pat
 
         def hits(n: int) -> collections.Counter[str]:
             seen: collections.Counter[str] = collections.Counter()
-            for _ in range(n):
-                with urllib.request.urlopen(base + "/v2/health/live", timeout=5) as answer:
+            for k in range(n):
+                forged = {"X-Forwarded-For": "6.6.6.6"} if k % 2 else {}  # replaced, not kept
+                ask = urllib.request.Request(base + "/v2/health/live", headers=forged)
+                with urllib.request.urlopen(ask, timeout=5) as answer:
                     got = json.loads(answer.read())
                 assert got["xff"] == "127.0.0.1"
                 seen[got["replica"]] += 1
