@@ -190,3 +190,31 @@ def test_killing_a_worker_mid_call_is_a_502_naming_the_signal(client: TestClient
     assert "crashed (SIGKILL)" in answers[0].json()["error"]
     assert _explain(client, "sandbox-slow", np.zeros(3)).status_code == 200
     assert json.loads(json.dumps(group.sandbox))["network"] == "isolated"
+
+
+def test_an_audit_on_a_crashing_model_fails_with_the_crash_and_the_service_stays_up(
+    client: TestClient,
+) -> None:
+    """A job whose model crashes on one of its rows: each attempt of that chunk is a crashed
+    worker, and after JOB_MAX_ATTEMPTS the job fails with the worker's message (no crash loop);
+    the service and the model's other rows keep answering."""
+    data, fields, crash, safe = poisoned_xgboost()
+    fields = {**fields, "name": "xgb-poisoned-audit"}
+    assert _register(client, fields, data).status_code == 201
+    rows = [safe.tolist(), crash.tolist(), safe.tolist()]
+    r = client.post("/v2/jobs", json={"model": "xgb-poisoned-audit", "inputs": rows})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 120
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        status = client.get(f"/v2/jobs/{job_id}").json()
+        if status["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.3)
+    assert status["status"] == "failed", status
+    assert "xgb-poisoned-audit's worker crashed (SIGSEGV)" in status["error"], status["error"]
+    assert status["error"].startswith("chunk 0 failed 3 times"), status["error"]  # JOB_MAX_ATTEMPTS
+    assert client.get("/v2/health/live").status_code == 200
+    time.sleep(1.1)  # past the restart backoff: a new worker serves the safe rows
+    assert _infer(client, "xgb-poisoned-audit", safe).status_code == 200
