@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import auth, docs, errors, evaluate, ratelimit, repository, ui
 from app.cache import Cache, MemoryCache, RedisCache
+from app.dataplane import KeyMemo
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
 from app.jobs.runner import JobContext
@@ -29,7 +30,7 @@ from app.oip import router as oip_router
 from app.pool import ComputePool
 from app.readiness import mark_ready, missing_models
 from app.remote_registration import remote_config
-from app.routes import KeyMemo, add_explain_routes, router
+from app.routes import add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry

@@ -18,11 +18,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from app.dataplane import off_loop, service
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, NotReady, from_library
 from app.inputs import to_array
 from app.logging import current_request_id
 from app.oip_codec import HEADER_LENGTH, NUMERIC, Tensor, decode, element_count
-from app.routes import metadata, off_loop, service
+from app.routes import metadata
 from app.schemas import InferRequest, InferResponse, ModelMetadata
 from app.service import ExplainService
 from explainers.rankshap import MAX_DOCUMENTS

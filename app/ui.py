@@ -14,8 +14,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from app import plot_images, plot_shap, plots
+from app.dataplane import off_loop, service
 from app.errors import ERROR_RESPONSES
-from app.routes import explain_route, off_loop, service
+from app.routes import explain_route
 from app.schemas import ExplainRequestBase, ExplainResponse, request_model
 from app.service import ExplainService
 from explainers.registry import EXPLAINERS, ExplainerSpec
