@@ -43,7 +43,7 @@ from explainers.registry import EXPLAINERS, unsupported
 from models.builtin import dataset_split
 from models.registry import ModelRegistry
 from tests import byom_models as bm
-from tests.peers_mlserver import MLServerPeer, mlserver_peer
+from tests.peers.mlserver import MLServerPeer, mlserver_peer
 
 pytestmark = pytest.mark.slow
 
@@ -266,7 +266,7 @@ class Matrix:
 
 @pytest.fixture(scope="module")
 def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLServerPeer]:
-    """Started before the app (see tests/peers_mlserver.py)."""
+    """Started before the app (see tests/peers/mlserver.py)."""
     with mlserver_peer(tmp_path_factory.mktemp("mlserver")) as running:
         yield running
 

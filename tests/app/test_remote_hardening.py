@@ -3,7 +3,7 @@ logs, the REMOTE_MODEL_HOSTS allow-list, remote error bodies for admin keys only
 deadline per request, /infer 502, and answers re-explained when the remote changes.
 
 Real servers throughout: the service as a process (its logs captured) or in a TestClient, and
-a real OIP server in a thread (tests/peers_oip.py) that requires Basic auth, fails, trickles.
+a real OIP server in a thread (tests/peers/oip_server.py) that requires Basic auth, fails, trickles.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from models.registry import ModelRegistry
 from models.remote import RemoteClient, RemoteModelError, configure
 from models.remote_http import HostPolicy
 from tests.conftest import ROOT, free_port
-from tests.peers_oip import SECRET_BODY, PeerState, oip_peer
+from tests.peers.oip_server import SECRET_BODY, PeerState, oip_peer
 
 pytestmark = pytest.mark.slow
 

@@ -74,7 +74,7 @@ def run_peer(python: Path, script: str, url: str, spec: dict, tmp_path: Path) ->
     path.write_text(json.dumps(spec))
     proc = subprocess.run(
         [str(python), script, url, str(path)],
-        cwd=ROOT / "tests" / "peers",
+        cwd=ROOT / "tests" / "interop",
         capture_output=True,
         text=True,
         timeout=300,

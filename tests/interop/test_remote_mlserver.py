@@ -17,7 +17,7 @@ from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
 from models.remote import RemoteClient, RemoteModelError
-from tests.peers_mlserver import MLServerPeer, PeerModel, mlserver_peer
+from tests.peers.mlserver import MLServerPeer, PeerModel, mlserver_peer
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ are trained here with a fixed seed and saved with joblib; MLServer loads them in
 
 Use `mlserver_peer(folder)` as a context manager, or the `mlserver` fixture (module scope):
 
-    from tests.peers_mlserver import mlserver  # noqa: F401  (a fixture)
+    from tests.peers.mlserver import mlserver  # noqa: F401  (a fixture)
 
 Start it before the app under test (make the app's fixture depend on it): it trains with
 scikit-learn, and a first import of sklearn racing one in the app's start-up threads can fail
@@ -31,7 +31,7 @@ import pytest
 
 from tests.conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PEERS_VENV = ROOT / ".peers" / "mlserver"
 SEED = 0
 N_FEATURES = 6  # 2^6 coalitions: exact Shapley values are cheap through a remote model

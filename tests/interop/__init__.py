@@ -1,0 +1,1 @@
+"""Other clients against our server: tritonclient, the KServe SDK, MLServer as a remote model."""
