@@ -8,16 +8,19 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import redis
 
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
 
 
 def free_port() -> int:
@@ -50,6 +53,43 @@ def private_job_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 def model_dir() -> Path:
     """Built-in weights persist across runs (trained once with a fixed seed)."""
     return Path(os.environ.get("MODEL_DIR", Settings().model_dir))
+
+
+@pytest.fixture(scope="module")
+def make_client(
+    model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., TestClient]]:
+    """make_client(registry=None, raise_server_exceptions=True, **settings): a started
+    TestClient of create_app with embedded defaults (no Redis, its own job database and
+    user-model folder, models loaded on first use); `settings` override them, `registry`
+    shares a ModelRegistry. Every client made is closed when the module ends."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from models.registry import ModelRegistry
+
+    stack = ExitStack()
+
+    def make(
+        registry: ModelRegistry | None = None,
+        raise_server_exceptions: bool = True,
+        **settings: Any,
+    ) -> TestClient:
+        tmp = tmp_path_factory.mktemp("client")
+        values: dict[str, Any] = {
+            "model_dir": model_dir,
+            "user_model_dir": tmp / "user",
+            "redis_url": None,
+            "database_url": f"sqlite:///{tmp / 'jobs.db'}",
+            "load_models_on_start": False,
+            **settings,
+        }
+        app = create_app(Settings(**values), registry or ModelRegistry(model_dir))
+        client = TestClient(app, raise_server_exceptions=raise_server_exceptions)
+        return stack.enter_context(client)
+
+    with stack:
+        yield make
 
 
 class RedisServer:

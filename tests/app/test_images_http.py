@@ -7,8 +7,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,26 +15,14 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from explainers.games import superpixels
 from explainers.options import MAX_ECHO_NUMBERS
-from models.registry import ModelRegistry
 from tests import image_models as im
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("images")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 def register(

@@ -5,33 +5,20 @@ cache never serves one form for the other. RGB CNNs registered over HTTP (tests/
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.schemas import ECHO_LIMIT
-from app.settings import Settings
-from models.registry import ModelRegistry
 from tests import image_models as im
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("lean")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 def register(client: TestClient, name: str, channels: int, size: int) -> None:

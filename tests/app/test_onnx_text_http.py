@@ -5,7 +5,7 @@ safetensors checkpoint's; a folder without tokenizer.json is a 400 that stores n
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 from tests.models import hf_fixtures as fx
 from tests.models import onnx_text_fixtures as ofx
 
@@ -23,18 +20,8 @@ SENTENCE = "a truly wonderful and moving film"
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("onnx-text-http")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-        max_model_bytes=200 << 20,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client(max_model_bytes=200 << 20)
 
 
 def register(client: TestClient, name: str, data: bytes, suffix: str) -> Any:

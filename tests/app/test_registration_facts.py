@@ -7,7 +7,7 @@ import io
 import json
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,6 @@ import torch
 from fastapi.testclient import TestClient
 from sklearn.datasets import load_diabetes, load_wine
 
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 from tests import byom_models as bm
 
 WINE = load_wine(as_frame=True)
@@ -30,17 +27,8 @@ NAMES = list(X.columns)
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("facts")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 def post(

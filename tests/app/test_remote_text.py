@@ -6,7 +6,7 @@ token players, numbers and tabular endpoints are 4xx; refused registrations stor
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from explainers.shapley import ShapleyOptions
 from explainers.shapley import explain as shapley_explain
-from models.registry import ModelRegistry
 from tests.conftest import running_server
 
 pytestmark = pytest.mark.slow
@@ -42,20 +39,8 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def client(
-    server: str, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("remote-text-app")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-        remote_model_hosts="127.0.0.1",  # the remote server listens on loopback
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(server: str, make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client(remote_model_hosts="127.0.0.1")  # the remote server listens on loopback
 
 
 def form(server: str, name: str = "remote-sentiment", **extra: str) -> dict[str, str]:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import io
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from math import factorial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,9 +16,6 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 from tests import byom_models as bm
 from tests.app.test_jobs import wait
 from xai import Client
@@ -27,17 +23,8 @@ from xai.results import shap_explanation
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("targets")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 @pytest.fixture(scope="module")
