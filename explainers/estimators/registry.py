@@ -15,11 +15,14 @@ import numpy as np
 from explainers.budget import default_budget
 from explainers.estimators import exact, gp, kernel, partition, permutation, regression, rounds
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
-from explainers.explanation import OptionError
+from explainers.explanation import Caveat, OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 
-# Names for options models (pydantic Literals): the estimators below, and the kernel's samplers.
-EstimatorName = Literal["exact", "permutation", "kernel", "regression", "gp", "partition"]
+# Names for options models (pydantic Literals): the estimators below, their old names still
+# accepted (RENAMED), and the kernel's samplers.
+EstimatorName = Literal[
+    "exact", "permutation", "kernel", "surrogate_kernel", "gp", "partition", "regression"
+]
 EstimatorChoice = Literal["auto", EstimatorName]
 SamplerName = Literal["kernel", "leverage"]
 
@@ -40,7 +43,8 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
         permutation.min_coalitions,
     ),
     EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
-    EstimatorSpec("regression", regression.regression, regression.min_coalitions),
+    # cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025; not their estimator)
+    EstimatorSpec("surrogate_kernel", regression.surrogate_kernel, regression.min_coalitions),
     EstimatorSpec("gp", gp.gp, gp.min_coalitions),
     # Owen values over game.hierarchy (not Shapley values: never chosen by auto)
     EstimatorSpec(
@@ -50,13 +54,37 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
     ),
 )
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
+# Old names, accepted for one release after a rename: the answer names the new one
+# (Estimate.estimator) and carries a deprecated_name warning. Remove an entry (and its name in
+# EstimatorName) in the release after the one that renamed it.
+RENAMED: dict[str, str] = {
+    # issue 28: not Witter et al.'s regression-adjusted estimator (regression.py says how)
+    "regression": "surrogate_kernel",
+}
 GP_BELOW = 3  # auto: gp below this many coalitions per player (else kernel)
 if len(_BY_NAME) != len(ESTIMATORS):
     raise ValueError("duplicate estimator names")
-if set(_BY_NAME) != set(get_args(EstimatorName)):
-    raise ValueError("ESTIMATORS and EstimatorName disagree")
+if set(_BY_NAME) | set(RENAMED) != set(get_args(EstimatorName)) or set(RENAMED) & set(_BY_NAME):
+    raise ValueError("ESTIMATORS, RENAMED and EstimatorName disagree")
 ESTIMATOR_NAMES: tuple[str, ...] = tuple(_BY_NAME)
 SAMPLER_NAMES: tuple[str, ...] = get_args(SamplerName)
+
+
+def canonical_estimator(estimator: str) -> str:
+    """The estimator's current name: `estimator` itself unless it is an old name (RENAMED)."""
+    return RENAMED.get(estimator, estimator)
+
+
+def renamed_caveat(estimator: str) -> Caveat | None:
+    """The deprecated_name warning of an old estimator name, else None."""
+    new = RENAMED.get(estimator)
+    if new is None:
+        return None
+    return Caveat(
+        "deprecated_name",
+        f"estimator {estimator!r} is now called {new!r} and was answered as {new!r}; the old "
+        "name is accepted for this release only: send the new one",
+    )
 
 
 def choose_estimator(
@@ -83,6 +111,7 @@ def choose_estimator(
     not Shapley values) is never chosen by auto: it is asked for by name.
     """
     coalitions = budget // cost
+    estimator = canonical_estimator(estimator)
     if estimator == "auto":
         fits = exact.fits(n_players, coalitions)
         if target:
@@ -153,17 +182,23 @@ def shapley_values(
     est = _BY_NAME[name].run(recorder, rng, sampler, target)
     if target is not None and est.precision is None:  # exact
         est = replace(est, precision=Precision(target.se, True, 0.0, 1))
+    renamed = renamed_caveat(estimator)
+    if renamed is not None:
+        est = replace(est, warnings=(*est.warnings, renamed))
     return est
 
 
 __all__ = [
     "ESTIMATORS",
     "ESTIMATOR_NAMES",
+    "RENAMED",
     "SAMPLER_NAMES",
     "EstimatorChoice",
     "EstimatorName",
     "EstimatorSpec",
     "SamplerName",
+    "canonical_estimator",
     "choose_estimator",
+    "renamed_caveat",
     "shapley_values",
 ]

@@ -1,17 +1,29 @@
-"""Regression-adjusted Monte Carlo Shapley values: learn the game while sampling it.
+"""Cubic-surrogate-adjusted KernelSHAP (`surrogate_kernel`): learn the game while sampling it.
 
-Witter et al. (2025), "Regression-adjusted Monte Carlo estimators for Shapley values and
-probabilistic values": fit a cheap surrogate g of the value function on the sampled coalitions,
-take g's Shapley values exactly, and add a Monte Carlo estimate of the Shapley values of the
-residual v - g. Our construction [ours]: KernelSHAP's coalitions (kernel.Planner: small sizes
-enumerated, the rest drawn in complement pairs); a ridge-regularised cubic surrogate on the
-coalition indicators (players, pairs and triples among the players with the largest linear
-effects: paired KernelSHAP is already exact on games of order <= 2, so the triples are what
-helps), whose Shapley values are closed-form (each term shared equally by its players); the
-residual term is constrained KernelSHAP on the residual, cross-fitted (each drawn pair's residual
-is taken on the surrogate fitted without its fold), with the delete-a-group jackknife standard
-error. Plain KernelSHAP on the same coalitions when no triple fits or the adjustment does not
-lower the jackknife error.
+Inspired by Witter et al. (2025), "Regression-adjusted Monte Carlo estimators for Shapley values
+and probabilistic values" (arXiv 2506.11849), and not their estimator: they add to a surrogate
+g's exact Shapley values an *unbiased* Monte Carlo estimate of the Shapley values of the
+residual v - g (maximum-sample-reuse weights), so the sum is unbiased whatever g is. Ours keeps
+their first half, a surrogate with closed-form Shapley values, and replaces the second with
+KernelSHAP's constrained regression on the residual, which is consistent but biased at a finite
+sample (as KernelSHAP is); the name says what it is. Construction [ours]: KernelSHAP's
+coalitions (kernel.Planner: small sizes enumerated, the rest drawn in complement pairs); a
+ridge-regularised cubic surrogate on the coalition indicators (players, pairs and triples among
+the players with the largest linear effects: paired KernelSHAP is already exact on games of
+order <= 2, so the triples are what helps), whose Shapley values are closed-form (each term
+shared equally by its players); the residual term is constrained KernelSHAP on the residual,
+cross-fitted (each drawn pair's residual is taken on the surrogate fitted without its fold).
+
+Standard error: a delete-a-group jackknife over the drawn pairs of the whole estimator: each
+replicate refits the fold surrogates without the group (same terms and ridge), recomputes the
+residuals and the KernelSHAP fit on them, and adds the refitted surrogate's Shapley values, so
+the error bar sees the surrogate's fit as well as the residual's (_replicate_coefs: exact
+refits by preconditioned iterative refinement, a fraction of the fit's own time). Plain
+KernelSHAP on the same coalitions when no triple fits or the adjustment does not lower the
+jackknife error.
+
+`estimator: "regression"`, this estimator's name until issue 28, is accepted for one release
+(registry.RENAMED): the answer names `surrogate_kernel` and carries a deprecated_name warning.
 """
 
 from __future__ import annotations
@@ -32,9 +44,9 @@ RIDGE = 1e-3  # ridge penalty, relative to the mean diagonal of the weighted Gra
 RIDGES = (1e-4, 1e-3, 1e-2)  # ... of the linear fit; the surrogate's is the one of these with
 # the smallest cross-fitted (held-out) residual
 N_JACKKNIFE = 32  # delete-a-group jackknife groups of the drawn pairs
+REFINE_STEPS = 12  # iterative refinement of a replicate's surrogate: at most this many steps
 
-__all__ = ["min_coalitions", "regression", "rounds"]
-
+__all__ = ["min_coalitions", "regression", "rounds", "surrogate_kernel"]
 
 
 def _penalty(gram: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
@@ -108,6 +120,47 @@ def _fold_of(rows: np.ndarray, folds: int) -> np.ndarray:
     return (h % np.uint64(folds)).astype(np.int64)
 
 
+def _kernel_system(
+    z: np.ndarray,
+    enum: np.ndarray,
+    enum_w: np.ndarray,
+    members: np.ndarray,
+    draw_w: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """KernelSHAP's Gram parts: the enumerated coalitions' [n, n], each jackknife group's
+    drawn pairs' [groups, n, n] (unnormalised: weight / inclusion probability), the groups'
+    bounds in draw order [groups + 1]."""
+    zs = z[members]  # [m, 2, n]
+    m = len(members)
+    groups = max(min(N_JACKKNIFE, m), 1)
+    bounds = np.linspace(0, m, groups + 1).astype(int)
+    a_g = np.stack(
+        [
+            np.einsum("j,jsi,jsl->il", draw_w[lo:hi], zs[lo:hi], zs[lo:hi])
+            for lo, hi in pairwise(bounds)
+        ]
+    )
+    ze = z[enum] * enum_w[:, None]
+    return ze.T @ z[enum], a_g, bounds
+
+
+def _kernel_rhs(
+    z: np.ndarray, y: np.ndarray, members: np.ndarray, draw_w: np.ndarray, bounds: np.ndarray
+) -> np.ndarray:
+    """Each jackknife group's drawn pairs' z^T W y. [groups, n, k]"""
+    per_pair = np.einsum("j,jsi,jsk->jik", draw_w, z[members], y[members])  # [m, n, k]
+    return np.asarray(np.add.reduceat(per_pair, bounds[:-1], axis=0))
+
+
+def _constrained(a: np.ndarray, b: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """argmin of the weighted least squares with sum(phi) = total. [n, k]"""
+    ones = np.ones(len(a))
+    inv = np.linalg.pinv(a, hermitian=True)
+    u = inv @ ones
+    nu = (ones @ inv @ b - total) / (ones @ u)
+    return np.asarray(inv @ b - u[:, None] * nu[None, :])
+
+
 def _kernel_fit(
     z: np.ndarray,
     y: np.ndarray,
@@ -124,57 +177,109 @@ def _kernel_fit(
     in `members`) weight / inclusion probability `draw_w`, averaged over the draws.
     """
     n, m = z.shape[1], len(members)
-    ones = np.ones(n)
     ze = z[enum] * enum_w[:, None]
     a_e, b_e = ze.T @ z[enum], ze.T @ y[enum]
-
-    def solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        inv = np.linalg.pinv(a, hermitian=True)
-        u = inv @ ones
-        nu = (ones @ inv @ b - total) / (ones @ u)
-        return np.asarray(inv @ b - u[:, None] * nu[None, :])
-
     if m == 0:
-        return solve(a_e, b_e), np.zeros((n, y.shape[1]))
-    zs = z[members]  # [m, 2, n]
-    groups = min(N_JACKKNIFE, m)
-    bounds = np.linspace(0, m, groups + 1).astype(int)
-    a_g = np.stack(
-        [
-            np.einsum("j,jsi,jsl->il", draw_w[lo:hi], zs[lo:hi], zs[lo:hi])
-            for lo, hi in pairwise(bounds)
-        ]
-    )
-    b_g = np.stack(
-        [
-            np.einsum("j,jsi,jsk->ik", draw_w[lo:hi], zs[lo:hi], y[members[lo:hi]])
-            for lo, hi in pairwise(bounds)
-        ]
-    )
+        return _constrained(a_e, b_e, total), np.zeros((n, y.shape[1]))
+    _, a_g, bounds = _kernel_system(z, enum, enum_w, members, draw_w)
+    b_g = _kernel_rhs(z, y, members, draw_w, bounds)
     a_s, b_s = a_g.sum(axis=0), b_g.sum(axis=0)
-    phi = solve(a_e + a_s / m, b_e + b_s / m)
+    phi = _constrained(a_e + a_s / m, b_e + b_s / m, total)
+    groups = len(a_g)
     if groups < 2:
         return phi, np.full_like(phi, np.inf)
     sizes = np.diff(bounds)
     loo = np.stack(
         [
-            solve(a_e + (a_s - a_g[g]) / (m - sizes[g]), b_e + (b_s - b_g[g]) / (m - sizes[g]))
+            _constrained(
+                a_e + (a_s - a_g[g]) / (m - sizes[g]), b_e + (b_s - b_g[g]) / (m - sizes[g]), total
+            )
             for g in range(groups)
         ]
     )
-    spread = ((loo - loo.mean(axis=0)) ** 2).sum(axis=0) * (groups - 1) / groups
-    return phi, np.sqrt(spread)
+    return phi, _spread(loo)
+
+
+def _spread(replicates: np.ndarray) -> np.ndarray:
+    """Delete-a-group jackknife standard error of [groups, ...] replicates."""
+    groups = len(replicates)
+    centred = replicates - replicates.mean(axis=0)
+    return np.asarray(np.sqrt((centred**2).sum(axis=0) * (groups - 1) / groups))
+
+
+def _replicate_coefs(
+    system: np.ndarray,
+    gram_e: np.ndarray,
+    rhs_e: np.ndarray,
+    rest: tuple[np.ndarray, np.ndarray, int],
+    left_out: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    ridge: float,
+    coef: np.ndarray,
+) -> np.ndarray:
+    """One fold's surrogate refitted without each jackknife group. [groups, f, k]
+
+    `system` is the fold's penalised Gram matrix (gram_e + gram / t + penalty) and `coef` its
+    solution; `rest` = (gram, rhs, t): the fold's training pairs' unnormalised Gram and
+    right-hand side and their count. `left_out[g]` = (x rows, their weights, their y) of the
+    training pairs that group g removes. Each replicate's own ridge system, gram_e + (gram -
+    x^T W x) / (t - k) + its penalty, is solved by iterative refinement (to 1e-10 relative),
+    preconditioned with `system` less the group's rows: one Cholesky factor and a Woodbury
+    correction per group, so that a group's high-leverage rows cost no extra steps; what is
+    left is the k / (t - k) rescaling, a few per cent: each step gains about two digits.
+    """
+    from scipy.linalg import cho_factor, cho_solve
+
+    gram, rhs, t = rest
+    f, kk = coef.shape
+    groups = len(left_out)
+    factor = cho_factor(system)
+    sizes = np.array([len(w) for _, w, _ in left_out])
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    u_all = np.concatenate([u for u, _, _ in left_out]) if sizes.sum() else np.zeros((0, f))
+    v_all = cho_solve(factor, u_all.T) if len(u_all) else np.zeros((f, 0))  # A^-1 x^T
+    diag_e, diag_d = np.diag(gram_e)[1:], np.diag(gram)[1:]
+    scale = 1.0 / (t - sizes // 2)  # [G]
+    rhs_g = np.empty((groups, f, kk))
+    pens = np.empty(groups)
+    woodbury: list[np.ndarray | None] = []
+    for g, (u, w, y) in enumerate(left_out):
+        rhs_g[g] = rhs_e + (rhs - u.T @ (w[:, None] * y)) * scale[g]
+        diag = diag_e + (diag_d - (w[:, None] * u[:, 1:] ** 2).sum(axis=0)) * scale[g]
+        pens[g] = ridge * max(float(diag.mean()) if len(diag) else 0.0, 1e-300)
+        v = v_all[:, starts[g] : starts[g + 1]]
+        woodbury.append(np.linalg.inv(t * np.diag(1.0 / w) - u @ v) if len(w) else None)
+    cols = np.repeat(scale, kk)  # [G * k]: the columns of the [f, G * k] layout
+    pen_cols = np.repeat(pens, kk)
+    rhs2 = rhs_g.transpose(1, 0, 2).reshape(f, groups * kk)
+    out = np.tile(coef, (1, groups))  # [f, G * k], group-major columns
+    for _ in range(REFINE_STEPS):
+        ac = gram_e @ out + (gram @ out) * cols
+        ac[1:] += pen_cols * out[1:]
+        for g, (u, w, _y) in enumerate(left_out):
+            if len(w):
+                c = slice(g * kk, (g + 1) * kk)
+                ac[:, c] -= u.T @ (w[:, None] * (u @ out[:, c])) * scale[g]
+        a = cho_solve(factor, rhs2 - ac)
+        for g, (u, _w, _y) in enumerate(left_out):
+            corr = woodbury[g]
+            if corr is not None:
+                c = slice(g * kk, (g + 1) * kk)
+                a[:, c] += v_all[:, starts[g] : starts[g + 1]] @ (corr @ (u @ a[:, c]))
+        out = out + a
+        if np.max(np.abs(a)) <= 1e-10 * max(float(np.max(np.abs(out))), 1e-300):
+            break
+    return np.asarray(out.reshape(f, groups, kk).transpose(1, 0, 2))
 
 
 def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Regression-adjusted KernelSHAP, cross-fitted over the drawn pairs.
+    """Cubic-surrogate-adjusted KernelSHAP, cross-fitted over the drawn pairs.
 
     phi = phi(g) + KernelSHAP(v - g): each drawn pair's residual is taken on the surrogate
     fitted without its fold; the enumerated coalitions (exact sums, no sampling error) use the
-    mean of the fold surrogates, and phi(g) is that mean's. When no surrogate fits, or the
+    mean of the fold surrogates, and phi(g) is that mean's. The jackknife refits the whole
+    construction without each group (`_adjusted` per replicate). When no surrogate fits, or the
     adjusted estimate has the larger jackknife error, it is plain KernelSHAP.
     """
-    n = plan.masks.shape[1]
     z = plan.masks.astype(np.float64)
     enum, enum_w = plan.enumerated, plan.enumerated_weights
     if plan.exact:
@@ -204,36 +309,104 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
         rhss.append(xw.T @ y[rows])
     counts = np.bincount(fold, minlength=folds)
     gram_d, rhs_d = np.sum(grams, axis=0), np.sum(rhss, axis=0)
-    best: tuple[float, np.ndarray, list[np.ndarray]] | None = None
+    used = [f for f in range(folds) if counts[f] and m - counts[f]]
+    best: tuple[float, float, dict[int, np.ndarray]] | None = None
     for ridge in RIDGES:
         resid = y.copy()
-        coefs = []
-        for f in range(folds):
+        coefs = {}
+        for f in used:
             train = m - counts[f]
-            if train == 0 or counts[f] == 0:
-                continue
             gram = gram_e + (gram_d - grams[f]) / train
-            coef = _solve(gram, rhs_e + (rhs_d - rhss[f]) / train, ridge)
-            coefs.append(coef)
+            coefs[f] = _solve(gram, rhs_e + (rhs_d - rhss[f]) / train, ridge)
             rows = members[fold == f].ravel()
-            resid[rows] = y[rows] - x[rows] @ coef
+            resid[rows] = y[rows] - x[rows] @ coefs[f]
         rows = members.ravel()
         loss = float(np.sum(np.repeat(weight, 2)[:, None] * resid[rows] ** 2))
         if best is None or loss < best[0]:
-            best = (loss, resid, coefs)
+            best = (loss, ridge, coefs)
     assert best is not None  # RIDGES is not empty
-    _, resid, coefs = best
-    mean = np.mean(coefs, axis=0)
-    drawn = np.zeros(len(y), dtype=bool)
-    drawn[members.ravel()] = True
-    resid[~drawn] = y[~drawn] - x[~drawn] @ mean
-    resid = resid - resid[0]
-    phi_r, error = _kernel_fit(z, resid, resid[1], enum, enum_w, members, weight)
+    _, ridge, coefs = best
+    _, a_g, bounds = _kernel_system(z, enum, enum_w, members, weight)
+    phi = _adjusted(z, x, y, members, weight, fold, coefs, terms, plan, a_g, bounds, None)
+    groups = len(a_g)
+    if groups < 2:
+        return plain
+    # The jackknife: every group's pairs out of the surrogates' training and the residual fit.
+    replicate: dict[int, np.ndarray] = {}
+    for f in used:
+        left_out = []
+        for lo, hi in pairwise(bounds):
+            out = np.flatnonzero(fold[lo:hi] != f) + lo
+            rows = members[out].ravel()
+            left_out.append((x[rows], np.repeat(weight[out], 2), y[rows]))
+        train = m - counts[f]
+        gram = gram_e + (gram_d - grams[f]) / train
+        system = gram + _penalty(gram, ridge)
+        rest = (gram_d - grams[f], rhs_d - rhss[f], int(train))
+        replicate[f] = _replicate_coefs(system, gram_e, rhs_e, rest, left_out, ridge, coefs[f])
+    loo = np.stack(
+        [
+            _adjusted(
+                z,
+                x,
+                y,
+                members,
+                weight,
+                fold,
+                {f: c[g] for f, c in replicate.items()},
+                terms,
+                plan,
+                a_g,
+                bounds,
+                g,
+            )
+            for g in range(groups)
+        ]
+    )
+    error = _spread(loo)
     if np.sum(error**2) >= np.sum(plain[1] ** 2):
         return plain
-    return _shapley_of(mean, n, terms) + phi_r, error
+    return phi, error
 
 
-# Regression-adjusted Monte Carlo Shapley values, in rounds (rounds.py).
-regression = kernel.OnPlan(_fit, "regression")
-rounds = regression.rounds
+def _adjusted(
+    z: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    members: np.ndarray,
+    weight: np.ndarray,
+    fold: np.ndarray,
+    coefs: dict[int, np.ndarray],
+    terms: list[np.ndarray],
+    plan: Design,
+    a_g: np.ndarray,
+    bounds: np.ndarray,
+    without: int | None,
+) -> np.ndarray:
+    """phi(mean surrogate) + constrained KernelSHAP of the residual, on the drawn pairs less
+    jackknife group `without` (None: all of them); each drawn pair's residual on its fold's
+    surrogate (`coefs`, fitted without that fold, and without the group in a replicate). [n, k]"""
+    n, m = z.shape[1], len(members)
+    mean = np.mean(list(coefs.values()), axis=0)
+    resid = y - x @ mean  # enumerated rows (and any other store row): the mean surrogate
+    for f, coef in coefs.items():
+        rows = members[fold == f].ravel()
+        resid[rows] = y[rows] - x[rows] @ coef
+    resid = resid - resid[0]
+    enum, enum_w = plan.enumerated, plan.enumerated_weights
+    ze = z[enum] * enum_w[:, None]
+    a_e, b_e = ze.T @ z[enum], ze.T @ resid[enum]
+    b_g = _kernel_rhs(z, resid, members, weight, bounds)
+    a_s, b_s = a_g.sum(axis=0), b_g.sum(axis=0)
+    kept = m
+    if without is not None:
+        a_s, b_s = a_s - a_g[without], b_s - b_g[without]
+        kept = m - int(bounds[without + 1] - bounds[without])
+    phi_r = _constrained(a_e + a_s / kept, b_e + b_s / kept, resid[1])
+    return _shapley_of(mean, n, terms) + phi_r
+
+
+# Cubic-surrogate-adjusted KernelSHAP, in rounds (rounds.py). `regression`: its old name.
+surrogate_kernel = kernel.OnPlan(_fit, "surrogate_kernel")
+regression = surrogate_kernel  # the module's old entry point (registry.RENAMED: the old name)
+rounds = surrogate_kernel.rounds
