@@ -14,12 +14,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from explainers.games import BudgetError, Cancelled, ExplainerError, NotDifferentiableError
-from explainers.registry import UnknownExplainerError, UnsupportedModelError
-from models.base import ModelError, ModelNotReadyError, RowTooLargeError, UnknownModelError
-from models.remote import RemoteModelError
-from models.remote_text import NoTokenizerError
-from models.sandbox import ModelWorkerError
+from explainers.games import ExplainerError
+from models.base import ModelError
 
 log = logging.getLogger(__name__)
 DETAIL_BYTES = 200  # how much of a binary body a validation error echoes
@@ -104,35 +100,14 @@ class ShuttingDown(ApiError):
 
 
 def from_library(exc: Exception) -> ApiError:
-    """Map errors of the explainers and models packages to API errors."""
-    if isinstance(exc, UnknownModelError):
-        return NotFound(f"unknown model {exc.args[0]!r}", code="unknown_model")
-    if isinstance(exc, UnknownExplainerError):
-        return NotFound(str(exc.args[0]), code="unknown_explainer")
-    if isinstance(exc, ModelNotReadyError):
-        return NotReady(str(exc), code="model_not_ready")
-    if isinstance(exc, NotDifferentiableError):
-        return Unprocessable(str(exc), code="not_differentiable")
-    if isinstance(exc, RemoteModelError):  # what the remote said: for admin keys only
-        error = ApiError(str(exc), code="remote_model_error").with_status(502)
-        error.admin_detail = exc.remote_detail
-        return error
-    if isinstance(exc, ModelWorkerError):  # a crash or limit in the model's worker process
-        return ApiError(str(exc), code="model_worker_failed").with_status(502)
-    if isinstance(exc, UnsupportedModelError):
-        status = 422 if exc.code == "not_differentiable" else 400
-        return ApiError(str(exc), code=exc.code).with_status(status)
-    if isinstance(exc, BudgetError | RowTooLargeError):  # cannot fit, said before computing
-        return ApiError(str(exc), code="budget_too_small")
-    if isinstance(exc, Cancelled):  # withdrawn work (a cancelled job): nobody waits for it
-        return ApiError(str(exc), code="cancelled").with_status(503)
-    if isinstance(exc, ExplainerError):
-        return ApiError(str(exc), code="invalid_option")
-    if isinstance(exc, NoTokenizerError):
-        return InvalidInput(str(exc), code="invalid_option")
-    if isinstance(exc, ModelError):  # the model itself failed on these inputs
-        return Unprocessable(str(exc), code="model_error")
-    raise exc
+    """An error of the explainers or models package as an API error: each carries its own
+    `status` and `code` (explainers/games/errors.py, models/base.py); a remote model's own
+    answer goes to admin keys only. Anything else is re-raised (a bug: a 500)."""
+    if not isinstance(exc, ExplainerError | ModelError):
+        raise exc
+    error = ApiError(exc.public_message(), code=exc.code).with_status(exc.status)
+    error.admin_detail = getattr(exc, "remote_detail", None)
+    return error
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

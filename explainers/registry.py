@@ -30,6 +30,12 @@ from models.base import Model
 class UnknownExplainerError(ExplainerError, KeyError):
     """No explainer is registered under that name."""
 
+    status = 404
+    code = "unknown_explainer"
+
+    def public_message(self) -> str:
+        return str(self.args[0])
+
 
 @dataclass(frozen=True)
 class ExplainerSpec:
@@ -75,6 +81,7 @@ class UnsupportedModelError(ExplainerError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+        self.status = 422 if code == "not_differentiable" else 400
 
 
 def unsupported(spec: ExplainerSpec, model: Model) -> UnsupportedModelError | None:

@@ -12,15 +12,32 @@ import torch
 
 
 class ModelError(Exception):
-    """Base error of the models package."""
+    """Base error of the models package. Every error says what it means to a caller: `status`
+    (the HTTP status the service answers with) and `code` (the error body's code)."""
+
+    status = 422
+    code = "model_error"  # the model itself failed on these inputs
+
+    def public_message(self) -> str:
+        """The message a caller reads."""
+        return str(self)
 
 
 class UnknownModelError(ModelError, KeyError):
     """No model is registered under that name."""
 
+    status = 404
+    code = "unknown_model"
+
+    def public_message(self) -> str:
+        return f"unknown model {self.args[0]!r}"
+
 
 class ModelNotReadyError(ModelError):
     """The model exists but is not loaded (still training or failed to load)."""
+
+    status = 503
+    code = "model_not_ready"
 
 
 class NoModuleError(ModelError):
@@ -29,6 +46,9 @@ class NoModuleError(ModelError):
 
 class RowTooLargeError(ModelError):
     """One row of the model takes more working memory than a model call may (MAX_BATCH_BYTES)."""
+
+    status = 400
+    code = "budget_too_small"  # cannot fit, said before computing
 
 
 DEFAULT_MAX_BATCH_BYTES = 256 << 20  # the library's working memory of one model call

@@ -81,6 +81,9 @@ class RemoteModelError(ModelError):
     The message names the endpoint (no credentials, no query) and what went wrong;
     `remote_detail` holds what the remote said (its error body, truncated), for admins."""
 
+    status = 502
+    code = "remote_model_error"
+
     def __init__(self, message: str, remote_detail: str | None = None) -> None:
         if remote_detail and _reveal.get():
             message = f"{message}: {remote_detail}"

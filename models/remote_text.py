@@ -33,6 +33,9 @@ DEFAULT_INPUT = "args"  # MLServer's Hugging Face runtime
 class NoTokenizerError(ModelError):
     """Token players asked of a remote text model, whose tokenizer is not here."""
 
+    status = 400
+    code = "invalid_option"
+
 
 class RemoteTextClient(RemoteClient):
     """Texts -> float32 [m, k] through an OIP endpoint that reads a BYTES tensor of strings."""

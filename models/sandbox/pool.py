@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 class ModelWorkerError(ModelError):
     """A model's worker process crashed, overran its deadline or exhausted its memory."""
 
+    status = 502
+    code = "model_worker_failed"
+
 
 @dataclass(frozen=True)
 class SandboxConfig:
