@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -105,9 +106,11 @@ def from_library(exc: Exception) -> ApiError:
     answer goes to admin keys only. Anything else is re-raised (a bug: a 500)."""
     if not isinstance(exc, ExplainerError | ModelError):
         raise exc
-    error = ApiError(exc.public_message(), code=exc.code).with_status(exc.status)
+    retry = getattr(exc, "retry_after_s", None)  # e.g. a model worker in its restart backoff
+    headers = None if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
+    error = ApiError(exc.public_message(), code=exc.code, headers=headers)
     error.admin_detail = getattr(exc, "remote_detail", None)
-    return error
+    return error.with_status(exc.status)
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -41,6 +41,18 @@ class ModelWorkerError(ModelError):
     code = "model_worker_failed"
 
 
+class ModelWorkerRestarting(ModelWorkerError):
+    """The model's worker failed repeatedly and waits out its backoff before it starts again:
+    come back after `retry_after_s`."""
+
+    status = 503
+    code = "model_worker_restarting"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """MODEL_SANDBOX and the MODEL_WORKER_* settings."""
@@ -390,9 +402,10 @@ class WorkerGroup:
         if failures >= 2:
             wait = min(30.0, 2.0 ** (failures - 2)) - (time.monotonic() - failed_at)
             if wait > 0:
-                raise ModelWorkerError(
+                raise ModelWorkerRestarting(
                     f"model {self.name}'s worker failed {failures} times in a row; it restarts "
-                    f"in {wait:.1f} s"
+                    f"in {wait:.1f} s",
+                    wait,
                 )
         w.close()
         w.start(self.config)

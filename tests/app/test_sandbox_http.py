@@ -1,6 +1,7 @@
 """Model workers over HTTP: a booster that crashes its loader is a 400 naming the signal; one
 that crashes at inference is a 502 while the service, its health route and other models keep
-answering and the next request restarts the worker; a memory limit hit is a 502; a real server
+answering and the next request restarts the worker (after repeated crashes a 503 with
+Retry-After until its backoff ends); a memory limit hit is a 502; a real server
 process leaves no worker behind when it stops."""
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def test_a_crash_at_inference_is_a_502_and_the_rest_keeps_answering(client: Test
     r = _infer(client, "xgb-poisoned", crash)
     assert r.status_code == 502 and r.json()["code"] == "model_worker_failed", r.text
     backoff = _infer(client, "xgb-poisoned", safe)  # two crashes in a row: a backoff
-    assert backoff.status_code == 502 and "restarts in 1.0 s" in backoff.json()["error"]
+    assert backoff.status_code == 503 and "restarts in 1.0 s" in backoff.json()["error"]
+    assert backoff.json()["code"] == "model_worker_restarting"
+    assert backoff.headers["retry-after"] == "1"
     time.sleep(1.1)
     again = _infer(client, "xgb-poisoned", safe)  # a new worker answers
     assert again.status_code == 200, again.text
@@ -217,12 +220,13 @@ def test_an_audit_on_a_crashing_model_fails_with_the_crash_and_the_service_stays
     assert status["error"].startswith("chunk 0 failed 3 times"), status["error"]  # JOB_MAX_ATTEMPTS
     assert client.get("/v2/health/live").status_code == 200
     # past the restart backoff (it grows with each crash in a row): a new worker serves the
-    # safe rows; meanwhile the answers are 502s that say when it restarts
+    # safe rows; meanwhile the answers are 503s with Retry-After
     answers = []
     for _ in range(40):
         answers.append(_infer(client, "xgb-poisoned-audit", safe))
-        if answers[-1].status_code != 502:
+        if answers[-1].status_code != 503:
             break
         assert "restarts in" in answers[-1].json()["error"]
+        assert int(answers[-1].headers["retry-after"]) >= 1
         time.sleep(0.5)
     assert answers[-1].status_code == 200, answers[-1].text
