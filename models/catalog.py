@@ -17,7 +17,7 @@ from models.builtin import load_breast_cancer_mlp, load_diabetes_mlp, load_digit
 from models.encoders import load_digits_encoder, load_minilm_encoder
 from models.lm import shared_language_model
 from models.rankers import load_bm25, load_minilm_ranker
-from models.sst import load_digits_sst
+from models.sst import load_digits_sst, load_digits_sst_twin
 from models.text import load_sentiment_minilm
 
 
@@ -47,7 +47,8 @@ BUILTINS: tuple[BuiltinModel, ...] = (
     BuiltinModel("diabetes-mlp", "tabular", load_diabetes_mlp),
     BuiltinModel("breast-cancer-mlp", "tabular", load_breast_cancer_mlp),
     BuiltinModel("digits-cnn", "image", load_digits_cnn),
-    BuiltinModel("digits-sst", "image", load_digits_sst),  # SST: outputs its own subset
+    BuiltinModel("digits-sst", "image", load_digits_sst),  # SST's network: its own subset
+    BuiltinModel("digits-sst-twin", "image", load_digits_sst_twin, background=True),  # ours
     BuiltinModel("sentiment-minilm", "text", load_sentiment_minilm),
     BuiltinModel("gemma3-270m", "lm", load_gemma3_270m, background=True),
     BuiltinModel("smollm2-135m", "lm", load_smollm2_135m, background=True),
