@@ -1,11 +1,18 @@
-"""Regression-adjusted estimator (issue 17): ours against shap KernelExplainer and shapiq KernelSHAP
-at equal coalitions, on games with exact (or long-run reference) Shapley values.
+"""Cubic-surrogate-adjusted KernelSHAP (`surrogate_kernel`, issues 17 and 28) and gp: ours against
+shap KernelExplainer and shapiq KernelSHAP at equal coalitions, on games with exact (or
+long-run reference) Shapley values.
 
     .venv/bin/python bench/regression_bench.py [--games tanh16,digits2,breast] [--seeds 4]
         [--count 3] [--more-peers]
     .venv/bin/python bench/regression_bench.py --games sentiment --count 4 --seeds 3
+    .venv/bin/python bench/regression_bench.py --jackknife [--games tanh16] [--seeds 8]
 
-Ours: kernel (KernelSHAP), regression (cubic surrogate + cross-fitted KernelSHAP residual), gp
+--jackknife: surrogate_kernel's two error bars on the same draws, the surrogate refitted in
+every delete-a-group replicate (the estimator) and held fixed (`fixed`, before issue 28: only
+the residual's KernelSHAP is refitted): share within 2 error_std and own time of each; no peers.
+
+Ours: kernel (KernelSHAP), surrogate_kernel (cubic surrogate + cross-fitted KernelSHAP residual,
+inspired by Witter et al. 2025; once called `regression`), gp
 (Gaussian-process posterior on a Möbius kernel). Games: tanh16, digits2, digits1, breast,
 sentiment (sentiment-minilm's word players, the service's text game, exact values). Every
 contender sees the same game (bool masks -> values); shap and shapiq get it as a function on
@@ -49,7 +56,8 @@ warnings.filterwarnings("ignore", module="shapiq")
 warnings.filterwarnings("ignore", category=UserWarning, module="shap")
 
 MULTIPLES = [2, 4, 8, 16, 32, 64]  # budgets: coalitions per player
-OURS = ("kernel", "regression", "gp")
+OURS = ("kernel", "surrogate_kernel", "gp")
+FIXED = "surrogate_kernel fixed"  # --jackknife: the surrogate held fixed in the jackknife
 MORE_PEERS = False  # --more-peers: shapiq ProxySPEX, SPEX, SVARM too (not in "best peer")
 Case = tuple[
     str, Callable[[np.ndarray], np.ndarray], int, int, np.ndarray
@@ -265,6 +273,60 @@ def run_case(case: Case, seeds: int) -> dict[str, Any]:
     return {"case": name, "n": n, "rms_phi": float(np.sqrt(np.mean(exact**2))), "budgets": rows}
 
 
+def run_jackknife(case: Case, seeds: int) -> dict[str, Any]:
+    """surrogate_kernel with the surrogate refitted in the jackknife and held fixed: the same
+    draws (seed), so the values agree and only the error bars (and time) differ."""
+    from explainers.estimators import regression
+
+    name, inner, n, out, exact = case
+    cost = int(getattr(inner, "rows_per_coalition", 1))
+    game = Timed(inner, cost)
+    rows: dict[str, Any] = {}
+    for mult in MULTIPLES:
+        coalitions = min(mult * n, (1 << n) - 2)
+        cover: dict[str, list[float]] = {}
+        own: dict[str, list[float]] = {}
+        for seed in range(seeds):
+            for label, refit in (("surrogate_kernel", True), (FIXED, False)):
+                regression.REFIT_SURROGATE = refit
+                game.seconds = 0.0
+                t0 = time.perf_counter()
+                try:
+                    e = shapley_values(
+                        game, n, estimator="surrogate_kernel", budget=coalitions * cost, seed=seed
+                    )
+                finally:
+                    regression.REFIT_SURROGATE = True
+                own.setdefault(label, []).append(time.perf_counter() - t0 - game.seconds)
+                assert e.error_std is not None
+                err = e.values[:, out] - exact
+                inside = np.abs(err) <= 2 * e.error_std[:, out]
+                cover.setdefault(label, []).append(float(np.mean(inside)))
+        rows[str(mult)] = {
+            "coalitions": coalitions,
+            **{f"{k}_within_2_error_std": float(np.mean(v)) for k, v in cover.items()},
+            **{f"{k}_own_seconds": float(np.median(v)) for k, v in own.items()},
+        }
+    return {"case": name, "n": n, "budgets": rows}
+
+
+def report_jackknife(results: list[dict[str, Any]]) -> None:
+    print(
+        "\n| game | coalitions | within 2 se, refitted | within 2 se, fixed | own s, refitted "
+        "| own s, fixed |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        for mult in MULTIPLES:
+            b = r["budgets"][str(mult)]
+            print(
+                f"| {r['case']} | {mult}n = {b['coalitions']} "
+                f"| {b['surrogate_kernel_within_2_error_std']:.3f} "
+                f"| {b[FIXED + '_within_2_error_std']:.3f} "
+                f"| {b['surrogate_kernel_own_seconds']:.3f} | {b[FIXED + '_own_seconds']:.3f} |"
+            )
+
+
 def report(results: list[dict[str, Any]]) -> None:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in results:
@@ -273,8 +335,8 @@ def report(results: list[dict[str, Any]]) -> None:
     for family, rs in groups.items():
         print(f"\n{family} ({rs[0]['n']} players, {len(rs)} games): mean over games")
         print(
-            "| coalitions | kernel / best peer | regression / best peer | **gp / best peer** "
-            "| gp within 2 se | regression within 2 se | gp own s | regression own s "
+            "| coalitions | kernel / best peer | surrogate_kernel / best peer | **gp / best peer** "
+            "| gp within 2 se | surrogate_kernel within 2 se | gp own s | surrogate_kernel own s "
             "| model s |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
@@ -291,10 +353,11 @@ def report(results: list[dict[str, Any]]) -> None:
             capped = " (capped below 2^n)" if any(x.get("capped") for x in b) else ""
             print(
                 f"| {mult}n = {b[0]['coalitions']}{capped} | {mean('kernel_over_best_peer'):.2f} | "
-                f"{mean('regression_over_best_peer'):.2f} | **{mean('gp_over_best_peer'):.2f}** | "
+                f"{mean('surrogate_kernel_over_best_peer'):.2f} | "
+                f"**{mean('gp_over_best_peer'):.2f}** | "
                 f"{mean('gp_within_2_error_std'):.2f} | "
-                f"{mean('regression_within_2_error_std'):.2f} | "
-                f"{median('gp_own_seconds'):.3f} | {median('regression_own_seconds'):.3f} | "
+                f"{mean('surrogate_kernel_within_2_error_std'):.2f} | "
+                f"{median('gp_own_seconds'):.3f} | {median('surrogate_kernel_own_seconds'):.3f} | "
                 f"{median('model_seconds'):.3f} |"
             )
         extra = [
@@ -324,6 +387,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=3, help="games (explicands) per family")
     parser.add_argument("--more-peers", action="store_true", help="shapiq ProxySPEX, SPEX, SVARM")
     parser.add_argument(
+        "--jackknife", action="store_true", help="surrogate_kernel's error bar, refit vs fixed"
+    )
+    parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "out" / "regression_bench.json"
     )
     args = parser.parse_args()
@@ -338,11 +404,16 @@ def main() -> None:
     }
     results = []
     t0 = time.perf_counter()
+    run = run_jackknife if args.jackknife else run_case
     for key in args.games.split(","):
         for case in makers[key]():
-            results.append(run_case(case, args.seeds))
+            results.append(run(case, args.seeds))
             print(f"  {case[0]} done at {time.perf_counter() - t0:.0f} s", flush=True)
-    report(results)
+    if args.jackknife:
+        report_jackknife(results)
+        args.out = args.out.with_name("regression_jackknife.json")
+    else:
+        report(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     prior = json.loads(args.out.read_text()) if args.out.exists() else {}
     prior.update({r["case"]: r for r in results})

@@ -18,9 +18,13 @@ Standard error: a delete-a-group jackknife over the drawn pairs of the whole est
 replicate refits the fold surrogates without the group (same terms and ridge), recomputes the
 residuals and the KernelSHAP fit on them, and adds the refitted surrogate's Shapley values, so
 the error bar sees the surrogate's fit as well as the residual's (_replicate_coefs: exact
-refits by preconditioned iterative refinement, a fraction of the fit's own time). Plain
-KernelSHAP on the same coalitions when no triple fits or the adjustment does not lower the
-jackknife error.
+refits by preconditioned iterative refinement). Not free: the estimator's own time grows
+several-fold (bench/regression_bench.py --jackknife measures both error bars and their time).
+Plain KernelSHAP on the same coalitions when no triple fits or the adjustment does not lower
+the jackknife error.
+
+Witter et al.'s own construction (an unbiased maximum-sample-reuse residual, with a tree
+surrogate) is explainers/estimators/msr.py.
 
 `estimator: "regression"`, this estimator's name until issue 28, is accepted for one release
 (registry.RENAMED): the answer names `surrogate_kernel` and carries a deprecated_name warning.
@@ -44,6 +48,9 @@ RIDGE = 1e-3  # ridge penalty, relative to the mean diagonal of the weighted Gra
 RIDGES = (1e-4, 1e-3, 1e-2)  # ... of the linear fit; the surrogate's is the one of these with
 # the smallest cross-fitted (held-out) residual
 N_JACKKNIFE = 32  # delete-a-group jackknife groups of the drawn pairs
+# The jackknife refits the surrogate in every replicate; False holds it fixed (the error bar
+# before issue 28, which sees only the residual's KernelSHAP: bench/regression_bench.py only).
+REFIT_SURROGATE = True
 REFINE_STEPS = 12  # iterative refinement of a replicate's surrogate: at most this many steps
 
 __all__ = ["min_coalitions", "regression", "rounds", "surrogate_kernel"]
@@ -332,8 +339,8 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
     if groups < 2:
         return plain
     # The jackknife: every group's pairs out of the surrogates' training and the residual fit.
-    replicate: dict[int, np.ndarray] = {}
-    for f in used:
+    replicate: dict[int, np.ndarray] = {f: np.repeat(c[None], groups, 0) for f, c in coefs.items()}
+    for f in used if REFIT_SURROGATE else ():
         left_out = []
         for lo, hi in pairwise(bounds):
             out = np.flatnonzero(fold[lo:hi] != f) + lo
