@@ -18,8 +18,10 @@ Standard error: a delete-a-group jackknife over the drawn pairs of the whole est
 replicate refits the fold surrogates without the group (same terms and ridge), recomputes the
 residuals and the KernelSHAP fit on them, and adds the refitted surrogate's Shapley values, so
 the error bar sees the surrogate's fit as well as the residual's (_replicate_coefs: exact
-refits by preconditioned iterative refinement). Not free: the estimator's own time grows
-several-fold (bench/regression_bench.py --jackknife measures both error bars and their time).
+refits by preconditioned iterative refinement). Not free: the estimator's own time grows 2-15x
+(0.2-6.7 s against 0.05-0.9 s on 16-30 players, a loaded 2-core machine), for 0.95-0.99 of the
+values within 2 error_std at 32n-64n against 0.90-0.97 with the surrogate held fixed
+(bench/regression_bench.py --jackknife; docs/benchmarks.md).
 Plain KernelSHAP on the same coalitions when no triple fits or the adjustment does not lower
 the jackknife error.
 
