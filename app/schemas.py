@@ -216,7 +216,8 @@ class ExplanationOut(BaseModel):
         default_factory=list,
         description="reasons to trust this explanation less (empty when there are none): "
         "noisy_estimate, flat_game, input_out_of_range, estimator_fallback, "
-        "baseline_not_reached, not_converged, prior_misfit, partition_truncated",
+        "baseline_not_reached, not_converged, prior_misfit, partition_truncated, "
+        "deprecated_name (an old option value was answered under its new name)",
     )
     exact: bool
     estimator: str

@@ -26,6 +26,7 @@ from explainers.context import KeyValueStore, RunContext
 from explainers.estimators.registry import (
     EstimatorChoice,
     SamplerName,
+    canonical_estimator,
     choose_estimator,
     shapley_values,
 )
@@ -79,7 +80,9 @@ class CocoaOptions(ExplainerOptions):
         1500, ge=1, le=MAX_SET, description="foil='auto': rows sampled (paper: 1500)"
     )
     estimator: EstimatorChoice = Field(
-        "auto", description="shapley: exact when 2^n coalitions fit the budget, else KernelSHAP"
+        "auto",
+        description="shapley: exact when 2^n coalitions fit the budget, else KernelSHAP; "
+        "regression: surrogate_kernel's old name, accepted for this release only",
     )
     sampler: SamplerName = Field("kernel", description="kernel sampler")
     patch_size: int = Field(2, ge=1, le=64, description="images, shapley: side of a patch")
@@ -307,6 +310,7 @@ def explain(
             else default_budget(n_max, 1, options.estimator)
         )
     echo = options.echo()
+    echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     if is_text:
         for key in ("patch_size", "baseline", "blur_sigma"):
             echo.pop(key)

@@ -27,6 +27,7 @@ from explainers.budget import default_budget
 from explainers.estimators.registry import (
     EstimatorChoice,
     SamplerName,
+    canonical_estimator,
     choose_estimator,
     shapley_values,
 )
@@ -84,7 +85,8 @@ class RankShapOptions(ExplainerOptions):
     estimator: EstimatorChoice = Field(
         "auto",
         description="auto: exact when 2^n coalitions fit the budget, else gp below 3n "
-        "coalitions, KernelSHAP from 3n",
+        "coalitions, KernelSHAP from 3n; regression: surrogate_kernel's old name, accepted "
+        "for this release only (deprecated_name warning)",
     )
     sampler: SamplerName = Field(
         "kernel", description="coalition sampler of the kernel estimator"
@@ -364,6 +366,7 @@ def explain(
         explanation = replace(explanation, warnings=(flat,))
     # max_players chooses among the documents' terms: it does not apply to the query's
     echo = options.echo(drop={"max_players"} if options.players == "query" else ())
+    echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     echo["k"] = game.k
     if options.absence == "mask":
         echo["mask_token"] = mask

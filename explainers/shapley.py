@@ -18,6 +18,7 @@ from explainers.estimators.registry import (
     ESTIMATORS,
     EstimatorName,
     SamplerName,
+    canonical_estimator,
     choose_estimator,
     shapley_values,
 )
@@ -46,7 +47,10 @@ class ShapleyOptions(ExplainerOptions):
         "3n (SV), or the index's default sampler; svarm is for interaction indices only; "
         "tree: exact TreeSHAP (path-dependent; interventional with background rows); "
         "partition: Owen values over a hierarchy of players (image patches by position, words "
-        "in order; shap's PartitionExplainer), never chosen by auto",
+        "in order; shap's PartitionExplainer), never chosen by auto; surrogate_kernel: "
+        "cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025, not their "
+        "unbiased estimator); regression: its old name, accepted for this release only "
+        "(answered and echoed as surrogate_kernel, with a deprecated_name warning)",
     )
     output: Literal["auto", "prediction", "margin"] = Field(
         "auto",
@@ -325,6 +329,7 @@ def explain(
                 )
             )
     echo = {**options.echo(drop=plan.drop | _index_drop(options.index)), **plan.resolved}
+    echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     additive = options.index in interactions.EFFICIENT
     meta: dict[str, Any] = {}
     if isinstance(target, tuple):  # SV and API: every output from one estimate per instance

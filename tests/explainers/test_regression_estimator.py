@@ -183,3 +183,26 @@ def test_old_name_regression_answers_as_surrogate_kernel_with_a_warning() -> Non
     assert not any(w.code == "deprecated_name" for w in new.warnings)
     with pytest.raises(BudgetError):  # validated under its new name, budget checks alike
         shapley_values(Counting(tanh_game(8, 0)), 8, estimator="regression", budget=15)
+
+
+def test_old_name_is_echoed_as_the_new_one() -> None:
+    """The shapley explainer answers `estimator: "regression"` as surrogate_kernel: in the
+    echo (meta.parameters) and the explanation, with the deprecated_name warning."""
+    import torch
+
+    from explainers import shapley
+    from models.base import Model
+
+    rng = np.random.default_rng(0)
+    layer = torch.nn.Sequential(torch.nn.Linear(10, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    names = tuple(f"x{i}" for i in range(10))
+    bg = rng.normal(size=(20, 10)).astype(np.float32)
+    model = Model("t", "tabular", "regression", (10,), names, ("y",), layer.eval(), bg)
+    x = rng.normal(size=(1, 10)).astype(np.float32)
+    res = shapley.explain(
+        model, x, options=shapley.ShapleyOptions(estimator="regression"), budget=400 * 20
+    )
+    assert res.parameters["estimator"] == "surrogate_kernel"
+    (e,) = res.explanations
+    assert e.estimator == "surrogate_kernel"
+    assert [w.code for w in e.warnings if w.code == "deprecated_name"] == ["deprecated_name"]
