@@ -160,6 +160,11 @@ def builtin_kinds() -> dict[str, Kind]:
         "digits-sst": Kind(
             "built-in SST image classifier", image, background=digits.x_train[:3].tolist()
         ),
+        "digits-sst-twin": Kind(
+            "built-in SST image classifier (independent selector)",
+            image,
+            background=digits.x_train[:3].tolist(),
+        ),
         "sentiment-minilm": Kind("built-in text classifier", TEXTS[0]),
         "bm25": Kind("built-in ranker (BM25)", DOCS[0]),
         "minilm-ranker": Kind("built-in ranker (MiniLM)", DOCS[0]),
