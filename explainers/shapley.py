@@ -50,7 +50,10 @@ class ShapleyOptions(ExplainerOptions):
         "in order; shap's PartitionExplainer), never chosen by auto; surrogate_kernel: "
         "cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025, not their "
         "unbiased estimator); regression: its old name, accepted for this release only "
-        "(answered and echoed as surrogate_kernel, with a deprecated_name warning)",
+        "(answered and echoed as surrogate_kernel, with a deprecated_name warning); msr: "
+        "Witter et al. (2025)'s Tree MSR, an XGBoost surrogate's exact Shapley values plus an "
+        "unbiased Monte Carlo estimate of the residual (cross-fitted: error_std is the "
+        "residual's Monte Carlo error), never chosen by auto",
     )
     output: Literal["auto", "prediction", "margin"] = Field(
         "auto",

@@ -13,7 +13,16 @@ from typing import Literal, get_args
 import numpy as np
 
 from explainers.budget import default_budget
-from explainers.estimators import exact, gp, kernel, partition, permutation, regression, rounds
+from explainers.estimators import (
+    exact,
+    gp,
+    kernel,
+    msr,
+    partition,
+    permutation,
+    regression,
+    rounds,
+)
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
 from explainers.explanation import Caveat, OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
@@ -21,7 +30,7 @@ from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 # Names for options models (pydantic Literals): the estimators below, their old names still
 # accepted (RENAMED), and the kernel's samplers.
 EstimatorName = Literal[
-    "exact", "permutation", "kernel", "surrogate_kernel", "gp", "partition", "regression"
+    "exact", "permutation", "kernel", "surrogate_kernel", "msr", "gp", "partition", "regression"
 ]
 EstimatorChoice = Literal["auto", EstimatorName]
 SamplerName = Literal["kernel", "leverage"]
@@ -45,6 +54,8 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
     # cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025; not their estimator)
     EstimatorSpec("surrogate_kernel", regression.surrogate_kernel, regression.min_coalitions),
+    # Witter, Liu & Musco (2025): XGBoost surrogate + unbiased maximum-sample-reuse residual
+    EstimatorSpec("msr", lambda rec, rng, _s, t: msr.msr(rec, rng, t), msr.min_coalitions),
     EstimatorSpec("gp", gp.gp, gp.min_coalitions),
     # Owen values over game.hierarchy (not Shapley values: never chosen by auto)
     EstimatorSpec(
