@@ -1,12 +1,15 @@
 """The `autognothi` explainer: word Shapley values of a text classifier in one forward pass.
 
-Wang et al. (ICLR 2025), "AutoGnothi: Self-explaining transformers via side networks", with
-FastSHAP's objective (Jethani et al., ICLR 2022): a side network trained beside the frozen
-model (a train-autognothi job, explainers/autognothi_train.py) reads the encoder's hidden
-states of the one pass that also gives the prediction, and outputs the words' Shapley values
-for `shapley`'s text game (words deleted), efficiency-projected. Artifacts are stored like
-Salvage's (explainers/salvage_store.py): per model version and configuration hash, in the
-database every process shares, never used for another model version.
+AutoGnothi: Wang et al., "Gnothi Seauton: Empowering Faithful Self-Interpretability in
+Black-Box Transformers" (ICLR 2025), with FastSHAP's objective (Jethani et al., ICLR 2022): a
+side network trained beside the frozen model (a train-autognothi job,
+explainers/autognothi_train.py) reads the encoder's hidden states of the one pass that also
+gives the prediction, and outputs the words' Shapley values for `shapley`'s text game (words
+deleted), efficiency-projected. An input longer than every training sentence, or most of whose
+words never appear in training, is answered with the warning `outside_training_range`
+(explainers/autognothi_train.py TrainingRange). Artifacts are stored like Salvage's
+(explainers/salvage_store.py): per model version and configuration hash, in the database every
+process shares, never used for another model version.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ import torch
 from pydantic import Field
 
 from explainers.autognothi_net import SideNet, empty_texts, encode, runner, word_values
-from explainers.autognothi_train import AutoGnothiTrainOptions, Trained, data_digest, train
+from explainers.autognothi_train import (
+    UNKNOWN_RANGE,
+    AutoGnothiTrainOptions,
+    Trained,
+    TrainingRange,
+    data_digest,
+    train,
+)
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
-from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.text import text_games, word_spans
 from explainers.options import ExplainerOptions
@@ -45,10 +55,13 @@ class AutoGnothiStore(ArtifactStore[Trained]):
 
     def _state(self, trained: Trained) -> dict[str, Any]:
         net = trained.net
-        return {
+        state = {
             "net": net.state_dict(),
             "shape": torch.tensor([net.levels, net.dim, net.n_classes]),
         }
+        if trained.range is not None:
+            state["range"] = trained.range.state()
+        return state
 
     def _build(self, model: Model, info: ArtifactInfo, state: dict[str, Any]) -> Trained:
         opts = AutoGnothiTrainOptions(**info.config)
@@ -56,7 +69,8 @@ class AutoGnothiStore(ArtifactStore[Trained]):
         net = SideNet(levels, dim, n_classes, opts.width, opts.heads)
         net.load_state_dict(state["net"])
         net.eval()
-        return Trained(net, opts, info.metrics, info.history, info.data_id)
+        span = TrainingRange.from_state(state["range"]) if "range" in state else None
+        return Trained(net, opts, info.metrics, info.history, info.data_id, span)
 
 
 def store_of(artifacts: Artifacts) -> AutoGnothiStore:
@@ -142,6 +156,7 @@ class Amortized:
     values: list[np.ndarray]  # per text [n_words, C], efficiency-projected
     full: np.ndarray  # [m, C] v(N): the model's probabilities
     empty: np.ndarray  # [m, C] v(empty): every word deleted
+    tokens: list[int]  # per text its encoder tokens ([CLS] and [SEP] included)
 
 
 def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized:
@@ -158,7 +173,7 @@ def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized
         trained.empty.update({(model.version, t): p for t, p in zip(missing, probs, strict=True)})
     empty = torch.from_numpy(np.stack([trained.empty[(model.version, t)] for t in empties]))
     values: list[np.ndarray] = []
-    full = []
+    full, tokens = [], []
     for start in range(0, len(texts), CHUNK):  # bounds the hidden states kept: [b, 7, t, 384]
         check_deadline()  # between encoder passes: a client gone or a deadline passed stops
         enc = encode(model, texts[start : start + CHUNK])
@@ -167,9 +182,19 @@ def amortized(model: TextModel, trained: Trained, texts: list[str]) -> Amortized
         n_words = enc.word_mask.sum(dim=1).tolist()
         values += [phi[i, : int(n)].astype(np.float64) for i, n in enumerate(n_words)]
         full.append(enc.probs.numpy())
+        tokens += [int(n) for n in enc.token_mask.sum(dim=1).tolist()]
     return Amortized(
-        values, np.concatenate(full).astype(np.float64), empty.numpy().astype(np.float64)
+        values, np.concatenate(full).astype(np.float64), empty.numpy().astype(np.float64), tokens
     )
+
+
+def range_warnings(trained: Trained, words: list[str], n_tokens: int) -> tuple[Caveat, ...]:
+    """`outside_training_range` when the input is beyond what the side network was trained on
+    (or the artifact does not say what that was)."""
+    if trained.range is None:
+        return (UNKNOWN_RANGE,)
+    found = trained.range.outside(words, n_tokens)
+    return () if found is None else (found,)
 
 
 def explain(
@@ -209,6 +234,7 @@ def explain(
                 estimator="autognothi",
                 players=game.pieces,
                 details={"probabilities": out.full[i].tolist(), "units": "probability"},
+                warnings=range_warnings(trained, [p.text for p in game.pieces], out.tokens[i]),
             )
         )
     echo = {**options.echo(), "training": trained.options.model_dump(mode="json")}
@@ -225,6 +251,7 @@ __all__ = [
     "check_model",
     "check_texts",
     "explain",
+    "range_warnings",
     "store_of",
     "trained_artifact",
 ]

@@ -7,12 +7,22 @@ and negation word lists in `vaderSentiment.py`: nothing is downloaded. Sentences
 clear valence (|mean| >= 1), routed by their suffix to adjective, adverb, noun or verb slots.
 The lexicon's words are split in two by a hash, so held-out sentences carry sentiment words
 that no training sentence has.
+
+Two held-out sets, never trained on:
+- `sentences(..., held_out=True)`: the training templates with the held-out words (the
+  validation set of a training run's `held_out_*` metrics; it was looked at while the training
+  templates and defaults were designed, so it is not an independent check).
+- `check_sentences` and `check_reviews`: CHECK_TEMPLATES, 16 sentence forms written for issue
+  28 and never used to design or tune anything (different syntax: questions, imperatives,
+  conditionals, comparisons, possessives), over CHECK_SUBJECTS (no training subject) and the
+  held-out words; reviews are several such sentences joined, about 30 words long.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +36,12 @@ SUBJECTS = (
     "movie", "food", "hotel", "staff", "book", "phone", "service", "plot", "room", "music",
     "game", "show", "meal", "trip", "class", "car", "song", "story", "team", "app", "film",
     "product", "restaurant", "experience", "acting", "ending", "price", "place", "seller", "view",
+)  # fmt: skip
+# Subjects of the check set only (none is a training subject).
+CHECK_SUBJECTS = (
+    "laptop", "concert", "waiter", "novel", "museum", "bakery", "headphones", "course",
+    "apartment", "airline", "podcast", "sofa", "dentist", "festival", "camera", "pizza", "tour",
+    "gym", "printer", "theater",
 )  # fmt: skip
 LINKS = ("was", "is", "seemed", "felt", "looked")
 FILLERS = ("from start to finish", "after two days", "every time", "in the end", "again", "today")
@@ -156,6 +172,81 @@ def _sentence(lex: Lexicon, rng: np.random.Generator) -> str:
     return templates[int(rng.integers(len(templates)))]
 
 
+def _check_sentence(lex: Lexicon, rng: np.random.Generator) -> str:
+    """One sentence of the check templates (never used in design or training)."""
+
+    def pick(words: tuple[str, ...]) -> str:
+        return words[int(rng.integers(len(words)))]
+
+    subj, subj2 = pick(CHECK_SUBJECTS), pick(CHECK_SUBJECTS)
+    adj, adj2 = pick(lex.adjectives), pick(lex.adjectives)
+    templates = (
+        f"Was the {subj} worth it? No, it was {adj}.",
+        f"Avoid this {subj}, it is {adj}.",
+        f"If you want a {adj} {subj}, go here.",
+        f"We waited an hour and the {subj} was still {adj}.",
+        f"My {subj} arrived {adj} and {adj2}.",
+        f"Never again: the {subj} felt {adj}.",
+        f"Five stars for the {adj} {subj}.",
+        f"The {subj} could not have been more {adj}.",
+        f"Everyone said the {subj} was {adj}, and they were right.",
+        f"{pick(lex.adverbs).capitalize()}, the {subj} turned out {adj}.",
+        f"Compared to the {subj2}, this {subj} is {adj}.",
+        f"They {pick(lex.verbs)} the {subj}, and so do I.",
+        f"Nothing about the {subj} was {adj}.",
+        f"Our {subj} was pure {pick(lex.nouns)}.",
+        f"Honest review: {adj} {subj}, {adj2} {subj2}.",
+        f"The {subj} left me feeling {adj}.",
+    )
+    return templates[int(rng.integers(len(templates)))]
+
+
+def _distinct(
+    make: Callable[[np.random.Generator], str],
+    count: int,
+    rng: np.random.Generator,
+    min_words: int,
+    max_words: int,
+) -> list[str]:
+    from explainers.games.text import word_spans
+
+    out: dict[str, None] = {}
+    for _ in range(count * 50):
+        if len(out) == count:
+            break
+        text = _ARTICLE.sub(r"\1n ", make(rng))  # "a awful" -> "an awful"
+        if min_words <= len(word_spans(text)) <= max_words:
+            out[text] = None
+    return list(out)
+
+
+def check_sentences(
+    count: int, seed: int, max_words: int = 10, vocabulary: frozenset[str] | None = None
+) -> list[str]:
+    """`count` distinct sentences of the check templates, held-out words (seeded)."""
+    lex = lexicon(True, vocabulary)
+    rng = np.random.default_rng([seed, 2])
+    return _distinct(lambda r: _check_sentence(lex, r), count, rng, 2, max_words)
+
+
+def check_reviews(
+    count: int, seed: int, words: int = 30, vocabulary: frozenset[str] | None = None
+) -> list[str]:
+    """`count` distinct reviews of `words` to `words` + 4 words: check sentences joined."""
+    from explainers.games.text import word_spans
+
+    lex = lexicon(True, vocabulary)
+
+    def review(r: np.random.Generator) -> str:
+        parts: list[str] = []
+        while sum(len(word_spans(p)) for p in parts) < words:
+            parts.append(_ARTICLE.sub(r"\1n ", _check_sentence(lex, r)))
+        return " ".join(parts)
+
+    rng = np.random.default_rng([seed, 3])
+    return _distinct(review, count, rng, words, words + 4)
+
+
 def sentences(
     count: int,
     seed: int,
@@ -164,19 +255,9 @@ def sentences(
     vocabulary: frozenset[str] | None = None,
 ) -> list[str]:
     """`count` distinct generated sentences of 2 to `max_words` words (seeded)."""
-    from explainers.games.text import word_spans
-
     lex = lexicon(held_out, vocabulary)
     rng = np.random.default_rng([seed, int(held_out)])
-    out: dict[str, None] = {}
-    for _ in range(count * 50):
-        if len(out) == count:
-            break
-        text = _sentence(lex, rng)
-        text = _ARTICLE.sub(r"\1n ", text)  # "a awful" -> "an awful"
-        if 2 <= len(word_spans(text)) <= max_words:
-            out[text] = None
-    return list(out)
+    return _distinct(lambda r: _sentence(lex, r), count, rng, 2, max_words)
 
 
 def source() -> str:

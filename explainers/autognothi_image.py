@@ -1,7 +1,8 @@
 """AutoGnothi for a small image CNN (digits-cnn): a side network on the frozen classifier's
 feature maps outputs patch Shapley values; a library experiment beside Salvage.
 
-Wang et al. (ICLR 2025, AutoGnothi) with FastSHAP's objective (Jethani et al., ICLR 2022). The
+AutoGnothi (Wang et al., "Gnothi Seauton: Empowering Faithful Self-Interpretability in
+Black-Box Transformers", ICLR 2025) with FastSHAP's objective (Jethani et al., ICLR 2022). The
 frozen classifier (an nn.Sequential) is run once per image and every 4-D activation is
 average-pooled to the patch grid; the side network projects each level to `width` channels and
 climbs them as a ladder of 3x3 convolutions, then outputs per patch, per class values. The game

@@ -1,13 +1,16 @@
 """AutoGnothi's side network and the one frozen-encoder pass it reads.
 
-Wang et al. (ICLR 2025), "AutoGnothi: Self-explaining transformers via side networks": a small
-side network runs beside a frozen transformer, reading a down-projection of the main network's
-hidden state at every layer (ladder side-tuning, Sung et al., NeurIPS 2022), and outputs
-Shapley values, so one forward pass gives the prediction and its explanation. Here the main
-network is the BERT encoder of a zero-shot text classifier (models/text.py); the side network's
+AutoGnothi: Wang et al., "Gnothi Seauton: Empowering Faithful Self-Interpretability in
+Black-Box Transformers" (ICLR 2025): a small side network runs beside a frozen transformer,
+reading a down-projection of the main network's hidden state at every layer (ladder
+side-tuning, Sung et al., NeurIPS 2022), and outputs Shapley values, so one forward pass gives
+the prediction and its explanation. Here the main network is the BERT encoder of a zero-shot
+text classifier (models/text.py) or a Hugging Face sequence classifier; the side network's
 per-token outputs are summed over each word's tokens (the players are the words of
 explainers/games/text.py, as for `shapley`), centred over the classes and projected additively
-so that they add up to v(N) - v(empty) (FastSHAP, Jethani et al., ICLR 2022).
+so that they add up to v(N) - v(empty) (FastSHAP, Jethani et al., ICLR 2022). The paper's side
+branch (ltt) reads the backbone's hidden states the same way; its attention masking of absent
+tokens (a side-tuned surrogate) is not used here: the game deletes the words.
 """
 
 from __future__ import annotations

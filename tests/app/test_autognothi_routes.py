@@ -1,6 +1,7 @@
 """AutoGnothi over HTTP: 409 before training, a train-autognothi job with progress, one-pass
 word Shapley values from the stored artifact (same players as `shapley`, efficient), which
-survives a restart; 4xx for bad jobs; training needs the admin scope."""
+survives a restart; a review longer than any training sentence warns outside_training_range;
+4xx for bad jobs; training needs the admin scope."""
 
 from __future__ import annotations
 
@@ -64,6 +65,12 @@ def test_train_then_explain_in_one_pass(tmp_path: Path, registry: ModelRegistry)
         assert r.status_code == 409
         r = client.post(URL, json={"inputs": ["..."]})
         assert r.status_code == 400, r.text
+        # Three times the longest training sentence: answered, with the range warning.
+        review = " ".join([TEXTS[0]] * 3)  # 30 words
+        e = client.post(URL, json={"inputs": [review]}).json()["data"]["explanations"][0]
+        assert len(e["values"]) == 30
+        assert [w["code"] for w in e["warnings"]] == ["outside_training_range"]
+        assert "30 words" in e["warnings"][0]["message"]
     # A restarted service answers from the stored artifact.
     with app_for(tmp_path, registry) as client:
         r = client.post(URL, json=pinned)

@@ -110,3 +110,72 @@ def test_held_out_agreement_beats_an_untrained_side_network(text_model: Any) -> 
     assert ours["held_out_pearson"] > 0.6
     assert ours["held_out_pearson"] > baseline["held_out_pearson"] + 0.2
     assert ours["held_out_rmse"] < baseline["held_out_rmse"]
+
+
+def test_every_epoch_draws_new_coalitions(text_model: Any) -> None:
+    """Resampled training calls the model for new coalitions in later epochs (each distinct
+    text once); the fixed-draw ablation evaluates its one draw before the first epoch."""
+    base = {**TINY, "epochs": 4, "pairs": 2}
+    fresh = autognothi_train.train(text_model, AutoGnothiTrainOptions(**base))
+    fixed = autognothi_train.train(
+        text_model, AutoGnothiTrainOptions(**{**base, "resample": False})
+    )
+    assert fresh is not None and fixed is not None
+    rows = [r["model_rows"] for r in fresh.history if r.get("phase") == "side"]
+    assert len(rows) == 4 and rows[0] < rows[1] < rows[2] < rows[3]
+    frozen = [r["model_rows"] for r in fixed.history if r.get("phase") == "side"]
+    assert frozen[0] == frozen[-1] == fixed.history[0]["model_rows"]
+    assert fresh.metrics["coalitions_drawn"] == 4 * fixed.metrics["coalitions_drawn"]
+    # A coalition drawn twice is evaluated once: the game remembers every distinct text.
+    texts = autognothi_corpus.sentences(6, 0)
+    enc = autognothi_train.encode_all(text_model, texts)
+    game = autognothi_train.CoalitionValues(text_model, texts, enc.words.shape[1])
+    gen = torch.Generator().manual_seed(0)
+    a, b = game.draw(3, gen), game.draw(3, gen)
+    assert not torch.equal(a.masks, b.masks)
+    distinct = {
+        g.compose(m[: g.n_players].numpy())
+        for t in (a, b)
+        for g, ms in zip(game.games, t.masks, strict=True)
+        for m in ms
+    }
+    ends = {g.text for g in game.games} | {
+        g.compose(np.zeros(g.n_players, dtype=bool)) for g in game.games
+    }
+    assert game.model_rows == len(distinct | ends)
+    # The gains are the game's values: v(S) - v(empty) from the model itself.
+    g, mask = game.games[0], a.masks[0, 0, : game.games[0].n_players].numpy()
+    direct = text_model.predict_texts([g.compose(mask), g.compose(np.zeros(g.n_players, bool))])
+    np.testing.assert_allclose(a.gains[0, 0].numpy(), direct[0] - direct[1], atol=1e-5)
+
+
+def test_check_templates_share_no_subject_or_sentence_with_training() -> None:
+    """The check set (issue 28) is generated from templates and subjects no training or
+    validation sentence uses, with the held-out words."""
+    train = autognothi_corpus.sentences(400, 0) + autognothi_corpus.sentences(40, 1, True)
+    check = autognothi_corpus.check_sentences(40, 0)
+    assert len(check) == 40 and not set(check) & set(train)
+    words = {p.text.lower() for s in train for p in word_spans(s)}
+    assert not set(autognothi_corpus.CHECK_SUBJECTS) & words
+    assert not set(autognothi_corpus.CHECK_SUBJECTS) & set(autognothi_corpus.SUBJECTS)
+    assert all(any(s in c.lower() for s in autognothi_corpus.CHECK_SUBJECTS) for c in check)
+    reviews = autognothi_corpus.check_reviews(5, 0)
+    assert all(30 <= len(word_spans(r)) <= 34 for r in reviews)
+    assert reviews == autognothi_corpus.check_reviews(5, 0)
+
+
+def test_training_range_flags_length_and_unseen_words() -> None:
+    span = autognothi_train.TrainingRange(5, 9, frozenset({"the", "food", "was", "good"}))
+    assert span.outside(["The", "food", "was", "good"], 6) is None
+    assert span.outside(["The", "food", "was", "awful"], 6) is None  # 1 of 4 unseen
+    long = span.outside(["the"] * 6, 8)
+    assert long is not None and long.code == "outside_training_range"
+    assert "6 words" in long.message and "5 words" in long.message
+    tokens = span.outside(["the", "food"], 10)  # few words, but more tokens than ever seen
+    assert tokens is not None and "10 tokens" in tokens.message
+    unseen = span.outside(["A", "rancid", "soup", "was"], 6)  # 3 of 4 never seen
+    assert unseen is not None and "3 of its 4 words" in unseen.message
+    half = span.outside(["the", "food", "rancid", "soup"], 6)  # exactly OOV_SHARE: in range
+    assert half is None
+    again = autognothi_train.TrainingRange.from_state(span.state())
+    assert again == span

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from explainers import autognothi, autognothi_train
+from explainers import autognothi, autognothi_corpus, autognothi_net, autognothi_train
 from explainers.context import Artifacts, NotTrainedError, RunContext
 from explainers.explanation import OptionError
 from explainers.shapley import ShapleyOptions
 from explainers.shapley import explain as shapley_explain
-from tests.explainers.autognothi_setup import TEXTS
+from tests.explainers.autognothi_setup import TEXTS, TINY
 
 # One torch thread, as in the service's job workers: much faster on a shared CPU.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -109,3 +109,32 @@ def test_a_batch_equals_one_text_at_a_time(text_model: Any, tiny: autognothi_tra
         one = autognothi.amortized(text_model, tiny, [text])
         np.testing.assert_allclose(one.values[0], batch.values[i], rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(one.full[0], batch.full[i], rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_outside_the_training_range_warn(
+    text_model: Any, tiny: autognothi_train.Trained, tmp_path: Path
+) -> None:
+    """A 30-word review (three times the longest training sentence) and a sentence of unseen
+    words answer with outside_training_range; a training sentence does not. The range survives
+    the store; an artifact without one says its range is unknown."""
+    context = RunContext(artifacts=Artifacts(tmp_path))
+    store = autognothi.store_of(context.need_artifacts("autognothi"))
+    store.save(text_model, tiny)
+    autognothi.AutoGnothiStore._loaded.clear()
+    loaded = autognothi.AutoGnothiStore(store.root).load(text_model, tiny.id)
+    assert loaded.range == tiny.range and tiny.range is not None
+    vocabulary = frozenset(autognothi_net.runner(text_model).tokenizer.get_vocab())
+    seen = autognothi_corpus.sentences(TINY["sentences"], TINY["seed"], False, 10, vocabulary)
+    review = autognothi_corpus.check_reviews(1, 0, 30, vocabulary)[0]
+    unseen = "Quarterly spreadsheets bewildered accountants yesterday."
+    options = autognothi.PIN.bind(text_model, autognothi.AutoGnothiOptions(), context)
+    inputs = np.array([seen[0], review, unseen], dtype=object)
+    result = autognothi.explain(text_model, inputs, options=options, context=context)
+    codes = [[w.code for w in e.warnings] for e in result.explanations]
+    assert codes == [[], ["outside_training_range"], ["outside_training_range"]]
+    assert f"longest training sentence {tiny.range.max_words} words" in (
+        result.explanations[1].warnings[0].message
+    )
+    assert "5 of its 5 words never appear" in result.explanations[2].warnings[0].message
+    old = dataclasses.replace(tiny, range=None)
+    assert autognothi.range_warnings(old, ["fine"], 3) == (autognothi_train.UNKNOWN_RANGE,)
