@@ -1,11 +1,12 @@
 """User models in sandboxed worker processes (issue 27).
 
-TorchScript, ONNX, XGBoost and LightGBM uploads are loaded, checked and run in model worker
-processes (models/sandbox/worker.py: no network, an empty root, rlimits, user nobody); the
-server holds a stand-in `Model` whose callables go to the worker (models/sandbox/proxy.py).
-Remote models (no code is loaded) and Hugging Face checkpoints and ONNX text models (their
-explainers reach into the network: embedding hooks, KV caches) stay in the server process.
-MODEL_SANDBOX=off keeps every user model in process (debugging).
+TorchScript, ONNX, XGBoost and LightGBM uploads, Hugging Face checkpoints and ONNX text models
+are loaded, checked and run in model worker processes (models/sandbox/worker.py: no network, an
+empty root or the checkpoint's unpacked folder as root, rlimits, user nobody); the server holds
+a stand-in `Model` whose callables go to the worker (models/sandbox/proxy.py, and for text
+models models/sandbox/hf_proxy.py: embedding hook with VJPs, LM key/value caches by handle).
+Remote models (no code is loaded) stay in the server process. MODEL_SANDBOX=off keeps every
+user model in process (debugging).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from models.sandbox.pool import (
     shutdown,
 )
 
-SANDBOXED = ("torchscript", "onnx", "xgboost", "lightgbm")
+SANDBOXED = ("torchscript", "onnx", "xgboost", "lightgbm", "huggingface")
 
 __all__ = [
     "SANDBOXED",
@@ -75,6 +76,10 @@ def _in_worker(
 
     group = WorkerGroup(meta, files.get("model", b""), max_batch_bytes, current_config())
     spec, arrays = group.build(check)
+    if decl.format == "huggingface":
+        from models.sandbox.hf_proxy import text_proxy_model
+
+        return text_proxy_model(decl, str(meta["version"]), group, spec)
     model = proxy_model(decl, str(meta["version"]), group, spec, arrays)
     if "background" in files:
         bg = load_background(files["background"], decl)
@@ -126,7 +131,8 @@ def sandboxed_build(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
     decl = Declaration.from_dict(meta)
     if not sandboxed(decl.format):
         return build_model(meta, files)
-    meta = {**meta, "version": meta.get("version") or content_version(files["model"], decl)}
+    data = files.get("model", b"")
+    meta = {**meta, "version": meta.get("version") or content_version(data, decl)}
     return _in_worker(decl, meta, files, False, DEFAULT_MAX_BATCH_BYTES)
 
 

@@ -182,17 +182,32 @@ class Worker:
         self.conn: Connection | None = None
         self.timed_out = False
         self.used = time.monotonic()
+        self.folder: str | None = None  # a checkpoint unpacked for this worker's build
+
+    def drop_folder(self) -> None:
+        """Remove the checkpoint folder (after the build: the worker holds what it read)."""
+        if self.folder is not None:
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
 
-    def start(self, config: SandboxConfig) -> None:
+    def start(
+        self, config: SandboxConfig, prepared: tuple[str, str, list[str]] | None = None
+    ) -> None:
+        """Start the process; `prepared`: (a folder to remove, the checkpoint folder in it
+        that becomes the worker's root, the modules to import before the chroot)."""
         ctx = _ctx()
         parent, child = ctx.Pipe(duplex=True)
+        root, imports = (None, ()) if prepared is None else (prepared[1], tuple(prepared[2]))
+        self.folder = None if prepared is None else prepared[0]
         process = ctx.Process(
             target=worker.main,
-            args=(child, config.memory_mb, config.threads, config.nproc),
+            args=(child, config.memory_mb, config.threads, config.nproc, root, imports),
             name=f"model-worker:{self.name}",
             daemon=True,
         )
@@ -263,6 +278,7 @@ class Worker:
 
     def close(self) -> None:
         self.kill()
+        self.drop_folder()
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.close()
@@ -315,6 +331,8 @@ class WorkerGroup:
         self._lock = threading.Lock()
         self._failures = 0
         self._failed_at = 0.0
+        self.files = meta.get("format") == "huggingface"  # a checkpoint folder, not one file
+        self.folder_bytes = 0
         weakref.finalize(self, _close_all, self._all)
         _groups.add(self)
 
@@ -330,7 +348,30 @@ class WorkerGroup:
         }
 
     def _payload(self) -> list[np.ndarray]:
+        if self.files:  # the worker reads the unpacked folder
+            return []
         return [np.frombuffer(self.data, dtype=np.uint8)]
+
+    def _start(self, w: Worker) -> None:
+        """Start `w`; a checkpoint is unpacked for it first (models/sandbox/hf_worker.py)."""
+        if not self.files:
+            w.start(self.config)
+            return
+        import os
+
+        from models.sandbox.hf_worker import imports_for, prepare_folder
+
+        parent, root = prepare_folder(self.meta, self.data)
+        self.folder_bytes = sum(
+            os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names
+        )
+        try:
+            w.start(self.config, (parent, root, imports_for(root)))
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(parent, ignore_errors=True)
+            raise
 
     def build(self, check: bool) -> tuple[dict[str, Any], list[np.ndarray]]:
         """Start the first worker and build the model in it: its spec and weights. `check`
@@ -340,7 +381,7 @@ class WorkerGroup:
         fmt = self.meta.get("format", "model")
         state_bytes = len(self.data) + (1 << 20)  # weights cannot exceed their file
         try:
-            w.start(self.config)
+            self._start(w)
             reply, arrays = w.call(
                 self._build_header(check, probe=True, spec=True),
                 self._payload(),
@@ -364,6 +405,8 @@ class WorkerGroup:
                     f"{exc.message}"
                 ) from None
             raise _library_error(exc.kind, exc.message) from None
+        finally:
+            w.drop_folder()
         if sum(a.nbytes for a in arrays) > state_bytes:
             w.close()
             raise InvalidModelError(f"the {fmt} model's weights exceed its file's size")
@@ -408,21 +451,23 @@ class WorkerGroup:
                     wait,
                 )
         w.close()
-        w.start(self.config)
         try:
+            self._start(w)
             w.call(
                 self._build_header(False, probe=False, spec=False),
                 self._payload(),
                 self.config.build_timeout_s,
                 1 << 20,
             )
-        except (_Died, _Failed) as exc:
+        except (_Died, _Failed, ModelError, OSError) as exc:
             w.close()
             self._failed()
             raise ModelWorkerError(
                 f"model {self.name}'s worker could not start again ({exc}); it is tried again "
                 "on the next request"
             ) from None
+        finally:
+            w.drop_folder()
 
     def _failed(self) -> None:
         with self._lock:

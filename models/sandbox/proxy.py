@@ -259,7 +259,9 @@ def worker_group(model: Model) -> WorkerGroup | None:
         return model.module.group
     if isinstance(model.predict_fn, WorkerPredict):
         return model.predict_fn.group
-    return None
+    from models.sandbox.hf_proxy import text_group
+
+    return text_group(model)
 
 
 def _count(spec: dict[str, Any], key: str, low: int = 0) -> int:

@@ -53,6 +53,16 @@ PRELOAD = (
     "models.torchscript_check",  # the operator allow-list
     "models.booster_check",
     "models.lightgbm_check",
+    "tokenizers",
+    "safetensors.torch",
+    "transformers",
+    "models.checkpoint",
+    "models.hf",
+    "models.hf_models",
+    "models.lm",
+    "models.onnx_text",
+    "models.encoders",
+    "models.sandbox.hf_worker",
     "models.sandbox.zygote",  # the warm-up of each format (its lazy imports)
 )
 
@@ -76,8 +86,16 @@ def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
-def sandbox(memory_mb: int, threads: int, nproc: int) -> dict[str, str]:
-    """Isolate this process (see the module's docstring); what holds, by name."""
+def sandbox(
+    memory_mb: int,
+    threads: int,
+    nproc: int,
+    folder: str | None = None,
+    imports: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """Isolate this process (see the module's docstring); what holds, by name. `root`: the
+    `folder`: the server's unpacked checkpoint, made the root instead of an empty directory
+    (`imports`: the modules its loader needs, imported first; models/sandbox/hf_worker.py)."""
     state: dict[str, str] = {}
     libc = _libc()
     for name in PRELOAD:  # normally already there (the zygote's preload)
@@ -95,15 +113,23 @@ def sandbox(memory_mb: int, threads: int, nproc: int) -> dict[str, str]:
     root = os.geteuid() == 0
     state["network"] = "isolated" if libc.unshare(CLONE_NEWNET) == 0 else "not isolated"
     fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 16
-    empty = tempfile.mkdtemp(prefix="model-worker-")
-    os.chdir(empty)
-    os.rmdir(empty)  # the working directory is now deleted: nothing can be created in it
+    if folder is not None:
+        from models.sandbox.hf_worker import preimport
+
+        preimport(list(imports))
+        os.chdir(folder)  # the checkpoint's folder, which the server removes after the build
+        where = "the checkpoint's unpacked folder (read-only to nobody; removed after the build)"
+    else:
+        empty = tempfile.mkdtemp(prefix="model-worker-")
+        os.chdir(empty)
+        os.rmdir(empty)  # the working directory is now deleted: nothing can be created in it
+        where = "an empty deleted directory"
     try:
         os.chroot(".")
         os.chdir("/")
-        state["filesystem"] = "chroot to an empty deleted directory"
+        state["filesystem"] = f"chroot to {where}"
     except OSError:
-        state["filesystem"] = "not isolated (working directory: an empty deleted directory)"
+        state["filesystem"] = f"not isolated (working directory: {where})"
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write then fails (EFBIG) instead
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_FSIZE, 0)  # no file can be written or grown
@@ -319,10 +345,18 @@ def _error(exc: BaseException) -> dict[str, Any]:
     return {"ok": False, "kind": kind, "error": f"{type(exc).__name__}: {message}"[:1000]}
 
 
-def main(conn: Connection, memory_mb: int, threads: int, nproc: int) -> None:
+def main(
+    conn: Connection,
+    memory_mb: int,
+    threads: int,
+    nproc: int,
+    root: str | None = None,
+    imports: tuple[str, ...] = (),
+) -> None:
     """Sandbox, then serve: the first message builds the model, the others call it."""
-    state = sandbox(memory_mb, threads, nproc)
+    state = sandbox(memory_mb, threads, nproc, root, imports)
     served: Served | None = None
+    ops: frozenset[str] = frozenset({"forward", "vjp", "predict", "tree"})
     while True:
         try:
             header, arrays = recv(conn, MAX_IN_BYTES, None, MAX_IN_BYTES)
@@ -338,11 +372,18 @@ def main(conn: Connection, memory_mb: int, threads: int, nproc: int) -> None:
 
                 facts = file_facts(str(header["format"]), arrays[0].tobytes())
                 reply, out = {"facts": facts.__dict__}, list[np.ndarray]()
+            elif op == "build" and header["meta"].get("format") == "huggingface":
+                from models.sandbox.hf_worker import OPS, HfServed, build
+
+                served = HfServed(build(header["meta"], bool(header.get("check"))), state)
+                ops = OPS
+                reply, out = served.spec()
+                reply["sandbox"] = state
             elif op == "build":
                 served = _build(header, arrays, state)
                 reply, out = served.spec() if header.get("spec") else ({}, [])
                 reply["sandbox"] = state
-            elif served is None or op not in ("forward", "vjp", "predict", "tree"):
+            elif served is None or op not in ops:
                 raise ValueError(f"unexpected operation {op!r}")
             else:
                 used = resource.getrusage(resource.RUSAGE_SELF)

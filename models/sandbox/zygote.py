@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -84,12 +85,67 @@ def _onnx() -> None:
     onnx.checker.check_model(proto)
 
 
+def _huggingface() -> None:
+    """Tiny checkpoints of each kind, saved and loaded as a user's are (models/hf.py), and each
+    operation a worker serves run once: transformers imports its pieces lazily."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        BertTokenizerFast,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
+
+    from models.checkpoint import folder_checkpoint
+    from models.hf import _load, declare
+    from models.hf_models import check_texts
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "test", "."]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "vocab.txt").write_text("\n".join(words))
+        tok = BertTokenizerFast(vocab_file=str(Path(tmp) / "vocab.txt"))
+        small = {"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+                 "intermediate_size": 8, "vocab_size": len(words)}  # fmt: skip
+        folders = {}
+        for name, net in (
+            ("text", BertForSequenceClassification(BertConfig(**small, num_labels=2))),
+            ("ranker", BertForSequenceClassification(BertConfig(**small, num_labels=1))),
+            ("lm", LlamaForCausalLM(LlamaConfig(**small, num_key_value_heads=1,
+                                                bos_token_id=2, eos_token_id=3))),
+        ):  # fmt: skip
+            folder = Path(tmp) / name
+            net.save_pretrained(folder)
+            tok.save_pretrained(folder)
+            folders[name] = folder
+        for name, folder in folders.items():
+            ck = folder_checkpoint(folder)
+            model: Any = _load(declare("warm-up", ck, modality=name), ck, folder, "0")
+            if name == "lm":
+                ids = model.encode("a b c", bos=True)
+                _, prefix = model.full_pass(ids[:2], ids[2:])
+                model.response_log_likelihood([ids[:2], ids[:1]], ids[2:], prefix=prefix)
+                model.decode(model.generate(ids, 2))
+                continue
+            check_texts(model)
+            if name == "text":
+                hook = model.embeddings
+                ids, types, _, _ = hook.encode("a b")
+                x = hook.embed(torch.tensor([ids])).detach().requires_grad_(True)
+                out = hook.scores(x, torch.tensor([types]), "probability")
+                torch.autograd.grad(out.sum(), x)
+                hook.embedding_std()
+
+
 # One thread: an OpenMP pool started here would deadlock its forks (libgomp after fork).
 with contextlib.suppress(Exception):
     import torch
 
     torch.set_num_threads(1)
-for _step in (_torchscript, _boosters, _onnx):
+for _step in (_torchscript, _boosters, _onnx, _huggingface):
     try:
         _step()
     except Exception as exc:  # the zygote must start; a worker then reports the failure
