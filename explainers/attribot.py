@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from explainers import caveats
 from explainers.estimators import loo, surrogate
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import BudgetError, GameRecorder
@@ -201,6 +202,9 @@ def attribute(
         "forward_passes": dict(shared.passes),
         "tokens_computed": dict(shared.computed),
         "seconds": {k: round(v, 4) for k, v in seconds.items()},
+        # scores are log-likelihood differences: flat_game judges them in nats, not against
+        # |log-likelihood| (which grows with the response) nor v(all) - v(none) (0 for LOO)
+        "value_scale": caveats.value_scale("nats", caveats.FLAT_NATS),
         **extra,
     }
     explanation = Explanation(

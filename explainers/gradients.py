@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from explainers import caveats
 from explainers.budget import rows_per_call
-from explainers.explanation import ExplainResult, Explanation, OptionError
+from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
 from explainers.games import (
     BudgetError,
     ExplainerError,
@@ -385,6 +386,16 @@ def make_baselines(
     return np.clip(x + rng.normal(size=(n, *shape)) * sigma, low, high)
 
 
+def _instead(model: Model) -> str:
+    """What to send when the baseline is out of the data (caveats.baseline_out_of_data)."""
+    if model.modality == "image":
+        return 'send "baseline": "blur" (the input blurred) or "expected" (background images)'
+    return (
+        'send "baseline": "mean" (the background rows\' mean) or "expected" (background '
+        "rows: expected gradients)"
+    )
+
+
 def resolve(options: IntegratedGradientsOptions) -> dict[str, Any]:
     """The options after defaults, as echoed in meta.parameters."""
     echo = options.echo()
@@ -456,8 +467,11 @@ def explain(
         base, full = float(outs[1:, out].mean()), float(outs[0, out])
         check_finite(attr, base, full)
         details: dict[str, Any] = {"completeness_gap": float(attr.sum()) + base - full}
+        warnings: tuple[Caveat, ...] = ()
         if n_refs == 1:
             details["baseline"] = refs[0].reshape(-1).tolist()
+            off = caveats.baseline_out_of_data(model, refs[0], background, _instead(model))
+            warnings = () if off is None else (off,)
         explanations.append(
             Explanation(
                 output_index=out,
@@ -470,6 +484,7 @@ def explain(
                 if options.estimator == "path"
                 else options.estimator,
                 details=details,
+                warnings=warnings,
             )
         )
     return ExplainResult(

@@ -6,8 +6,9 @@ descriptions reconstruct it (METHODS.md section 4): players are terms, an absent
 (or masked) everywhere it occurs, graded relevance comes from the model's own original ranking,
 and Fidelity is Kendall's tau between the ranking and the explanation-implied one.
 Every answer reports v(all) - v(none), the NDCG the players account for: a `flat_game` warning
-by the generic rule (explainers/caveats.py, FLAT_RATIO), and no Fidelity when it is below
-`fidelity_min_range`, where the values are near zero and their ranking is noise.
+by the generic rule on NDCG's own scale (explainers/caveats.py: FLAT_RATIO of 1), and no
+Fidelity when it is below `fidelity_min_range`, where the values are near zero and their
+ranking is noise.
 """
 
 from __future__ import annotations
@@ -340,6 +341,7 @@ def explain(
         "v_empty": v_empty,
         "v_all": v_all,
         "v_range": v_range,
+        "value_scale": caveats.value_scale("NDCG", caveats.FLAT_RATIO),  # NDCG lies in [0, 1]
     }
     if abs(v_range) < options.fidelity_min_range:
         details.update(fidelity=None, weighted_fidelity=None)
