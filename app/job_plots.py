@@ -5,6 +5,9 @@ beeswarm: one dot per instance per feature at its value, coloured by the feature
 (blue low, red high, 5th-95th percentile per feature); dependence: a feature's value against its
 attribution, coloured by the feature that interacts with it most (shap's approximate_interactions)
 or by the attribution's sign. PNG/SVG (matplotlib) or Vega-Lite v6.
+An audit that explained several classes (`target` a list or "all") gets one beeswarm and one
+dependence panel per class, as shap's plots take one output at a time (a beeswarm of several
+classes on one axis mixes attributions of different outputs); the summary stacks the classes.
 """
 
 from __future__ import annotations
@@ -54,8 +57,11 @@ def audit(results: list[dict[str, Any]], title: str) -> Audit:
     try:
         data = np.array(
             [
-                np.ravel(np.asarray([raw[k] for k in names] if isinstance(raw, dict) else raw,
-                                    dtype=float))
+                np.ravel(
+                    np.asarray(
+                        [raw[k] for k in names] if isinstance(raw, dict) else raw, dtype=float
+                    )
+                )
                 for raw in (r["explanation"]["data"] for r in same)
             ]
         )
@@ -65,6 +71,27 @@ def audit(results: list[dict[str, Any]], title: str) -> Audit:
         data = None  # image patches or tokens: a player is no single column
     classes = [str(r["explanation"].get("output_name", "")) for r in same]
     return Audit(names, values, data, classes, f"{title} · {len(same)} instances")
+
+
+def per_class(a: Audit) -> list[tuple[str, Audit]]:
+    """The audit's instances of each explained class, classes in the order first met."""
+    classes = np.array(a.classes)
+    out = []
+    for name in dict.fromkeys(a.classes):
+        keep = classes == name
+        out.append(
+            (
+                name,
+                Audit(
+                    a.names,
+                    a.values[keep],
+                    None if a.data is None else a.data[keep],
+                    [name] * int(keep.sum()),
+                    f"{a.title} · class {name}",
+                ),
+            )
+        )
+    return out
 
 
 def ranked(a: Audit, max_features: int) -> tuple[list[int], int]:
@@ -155,15 +182,49 @@ def _class_shares(a: Audit, index: list[int]) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- matplotlib
 
 
+def _size(a: Audit, kind: str, max_features: int) -> tuple[float, float]:
+    """A panel's (width, height) in inches."""
+    if kind == "dependence":
+        return 6.5, 4.6
+    index, rest = ranked(a, max_features)
+    n = len(index) + bool(rest)
+    return 7.5, 0.32 * n + 1.3 if kind == "summary" else 0.42 * n + 1.4
+
+
 def figure(a: Audit, kind: str, feature: str | None, color: str, max_features: int) -> Any:
-    from matplotlib.colors import LinearSegmentedColormap
     from matplotlib.figure import Figure
+
+    classes = per_class(a)
+    if kind not in ("beeswarm", "dependence") or len(classes) == 1:
+        fig = Figure(figsize=_size(a, kind, max_features))
+        _draw(fig, a, kind, feature, color, max_features)
+        return fig
+    if kind == "dependence":  # one feature for every class: the audit's top by default
+        feature = a.names[dependence_data(a, feature, color)[0]]
+    sizes = [_size(sub, kind, max_features) for _, sub in classes]
+    fig = Figure(figsize=(max(w for w, _ in sizes), sum(h for _, h in sizes)))
+    panels = np.atleast_1d(fig.subfigures(len(classes), 1, height_ratios=[h for _, h in sizes]))
+    for panel, (_, sub), (_, h) in zip(panels, classes, sizes, strict=True):
+        _draw(panel, sub, kind, feature, color, max_features, h)
+    return fig
+
+
+def _draw(
+    fig: Any,
+    a: Audit,
+    kind: str,
+    feature: str | None,
+    color: str,
+    max_features: int,
+    height: float | None = None,
+) -> None:
+    """Draw one panel of `kind` on a figure or subfigure (`height`: its inches)."""
+    from matplotlib.colors import LinearSegmentedColormap
 
     cmap = LinearSegmentedColormap.from_list("shap", [LOW, HIGH])
     if kind == "dependence":
         f, colours, partner = dependence_data(a, feature, color)
         assert a.data is not None
-        fig = Figure(figsize=(6.5, 4.6))
         ax = fig.add_subplot()
         x, y = a.data[:, f], a.values[:, f]
         if colours is None:
@@ -179,11 +240,10 @@ def figure(a: Audit, kind: str, feature: str | None, color: str, max_features: i
         ax.set_ylabel(f"attribution of {a.names[f]}")
         fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.9)
         fig.suptitle(f"{a.title} · dependence on {a.names[f]}", fontsize=10)
-        return fig
+        return
     index, rest = ranked(a, max_features)
     labels = [a.names[i] for i in index] + ([f"Sum of {rest} other features"] if rest else [])
-    height = 0.32 * len(labels) + 1.3 if kind == "summary" else 0.42 * len(labels) + 1.4
-    fig = Figure(figsize=(7.5, height))
+    height = height or _size(a, kind, max_features)[1]
     ax = fig.add_subplot()
     rows = np.arange(len(labels))[::-1]  # the largest on top
     if kind == "summary":
@@ -235,7 +295,6 @@ def figure(a: Audit, kind: str, feature: str | None, color: str, max_features: i
     fig.subplots_adjust(left=min(0.5, label_in / 7.5), right=0.95 if kind == "summary" else 1,
                         top=1 - 0.45 / height, bottom=0.55 / height)  # fmt: skip
     fig.suptitle(f"{a.title} · {kind}", fontsize=10)
-    return fig
 
 
 def image_bytes(
@@ -254,6 +313,17 @@ def vega_lite(
     a: Audit, kind: str, feature: str | None, color: str, max_features: int
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"$schema": VEGA_LITE_SCHEMA}
+    classes = per_class(a)
+    if kind in ("beeswarm", "dependence") and len(classes) > 1:  # a plot per class, stacked
+        if kind == "dependence":
+            feature = a.names[dependence_data(a, feature, color)[0]]
+        parts = []
+        for _, sub in classes:
+            part = vega_lite(sub, kind, feature, color, max_features)
+            part.pop("$schema")
+            parts.append(part)
+        spec.update(title=f"{a.title} · {kind} per class", vconcat=parts)
+        return spec
     feature_value = {"type": "quantitative", "scale": {"domain": [0, 1], "range": [LOW, HIGH]}}
     if kind == "dependence":
         f, colours, partner = dependence_data(a, feature, color)

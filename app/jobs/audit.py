@@ -1,5 +1,7 @@
 """The `audit` job kind: one explain request's fields over many instances, chunked, through
-the shared cache; its summary (mean |value| per feature and class, top-k stability)."""
+the shared cache; its summary (mean |value| per feature and class, top-k stability).
+A classifier's audit explains one class for every instance: the request's `target`, else the
+first class (index 0), never each instance's own predicted class."""
 
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
     spec = svc.explainer(model, body.explainer)
     fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
     fields.update(body.model_extra or {})
+    if fields.get("target") is None and model.task == "classification":
+        # one class for every row, as shap's audits: the first class unless `target` says
+        # (each row's own predicted class would mix classes in one beeswarm and one mean)
+        fields["target"] = 0
     body_model = request_model(spec)
     try:
         if spec.uses_inputs:
@@ -217,7 +223,7 @@ def top_k_bootstrap(
 
 
 def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
-    """Mean |value| per feature, per predicted class, how stable the top features are, and how
+    """Mean |value| per feature, per explained class, how stable the top features are, and how
     many instances carry each warning code. With several targets, each instance's
     explanations count as rows (per_class: one entry per output)."""
     stored = store.all_results(job.id)
