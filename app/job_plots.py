@@ -203,7 +203,8 @@ def figure(a: Audit, kind: str, feature: str | None, color: str, max_features: i
         feature = a.names[dependence_data(a, feature, color)[0]]
     sizes = [_size(sub, kind, max_features) for _, sub in classes]
     fig = Figure(figsize=(max(w for w, _ in sizes), sum(h for _, h in sizes)))
-    panels = np.atleast_1d(fig.subfigures(len(classes), 1, height_ratios=[h for _, h in sizes]))
+    ratios = [h for _, h in sizes]
+    panels: Any = fig.subfigures(len(classes), 1, squeeze=False, height_ratios=ratios)[:, 0]
     for panel, (_, sub), (_, h) in zip(panels, classes, sizes, strict=True):
         _draw(panel, sub, kind, feature, color, max_features, h)
     return fig
