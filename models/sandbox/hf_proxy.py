@@ -123,7 +123,7 @@ class _Scores(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx: Any, hook: WorkerHook, x: torch.Tensor, types: torch.Tensor, output: str
-    ) -> Any:  # noqa: E501
+    ) -> Any:
         ctx.hook, ctx.output = hook, output
         ctx.save_for_backward(x, types)
         return hook.run_scores(x, types, output, None)

@@ -64,7 +64,7 @@ def prepare_folder(meta: dict[str, Any], data: bytes) -> tuple[str, str]:
             unpack(data, base)
             found = [PurePosixPath(p) for p in _all(base)]
             root = base.joinpath(*root_prefix(found).parts)
-        for folder, dirs, files in os.walk(base):
+        for folder, _dirs, files in os.walk(base):
             os.chmod(folder, 0o755)
             for name in files:
                 path = Path(folder) / name
@@ -132,8 +132,24 @@ class _FromEmbeddings(torch.nn.Module):
         return FromEmbeddings(self.hf, self.types, self.link, self.typed, "probability")(embeds)
 
 
+_SENTENCES: list[str] = []
+
+
+def read_files_now() -> None:
+    """What a builder reads from the host's files, read once in the zygote: the encoders'
+    reference pool (scikit-learn's dataset descriptions)."""
+    import models.encoders
+
+    if not _SENTENCES:
+        _SENTENCES.extend(models.encoders.descr_sentences())
+
+
 def build(meta: dict[str, Any], check: bool) -> Any:
     """The model of the checkpoint in the worker's root (its working directory)."""
+    import models.encoders
+
+    if _SENTENCES:  # read in the zygote (no host file can be opened here)
+        models.encoders.descr_sentences = lambda: list(_SENTENCES)  # type: ignore[assignment]
     from models.checkpoint import folder_checkpoint
     from models.declaration import Declaration
     from models.hf import _load

@@ -234,6 +234,10 @@ class Worker:
         except (EOFError, OSError, BrokenPipeError) as exc:
             raise _Died(self._why(exc)) from None
         except protocol.ProtocolError as exc:
+            if self.process is not None:  # a reset read from a worker that died: its death
+                self.process.join(0.5)
+                if self.process.exitcode is not None:
+                    raise _Died(self._why(exc)) from None
             self.kill()
             raise _Died(f"broke the protocol ({exc})") from None
         finally:

@@ -108,6 +108,7 @@ def sandbox(
     with contextlib.suppress(Exception):
         libc.clearenv()
     os.environ["KINETO_LOG_LEVEL"] = "6"
+    os.environ["HOME"] = "/"  # Path.home() must answer in a chroot with no passwd (generation)
     _wipe_initial_environment(libc)
     multiprocessing.current_process().authkey = os.urandom(32)
     root = os.geteuid() == 0

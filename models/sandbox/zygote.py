@@ -103,6 +103,9 @@ def _huggingface() -> None:
     from models.checkpoint import folder_checkpoint
     from models.hf import _load, declare
     from models.hf_models import check_texts
+    from models.sandbox.hf_worker import read_files_now
+
+    read_files_now()
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "test", "."]
     with tempfile.TemporaryDirectory() as tmp:
