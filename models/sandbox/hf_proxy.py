@@ -113,7 +113,7 @@ class _HookModule(WorkerModule):
     def __deepcopy__(self, memo: dict[int, Any]) -> _HookModule:
         twin = super().__deepcopy__(memo)
         twin.__class__ = _HookModule
-        twin.types = list(self.types)
+        twin.types = list(self.types)  # type: ignore[assignment]
         return twin  # type: ignore[return-value]
 
 
@@ -315,7 +315,8 @@ def text_proxy_model(
     if mask is not None and (not isinstance(mask, str) or len(mask) > 100):
         raise InvalidModelError("the model worker stated an invalid mask token")
     platform = str(spec.get("platform", "huggingface"))[:40]
-    raw_info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
+    raw = spec.get("info")
+    raw_info: dict[str, Any] = raw if isinstance(raw, dict) else {}
     info = {**raw_info, "sandbox": dict(group.sandbox)}
     common: dict[str, Any] = {
         "name": decl.name,
@@ -349,16 +350,17 @@ def text_proxy_model(
         return EmbeddingTextModel(
             modality="text",
             task=decl.task,
-            embeddings=hook,
-            **text,  # type: ignore[arg-type]
+            embeddings=hook,  # type: ignore[arg-type]
+            **text,
         )
     if kind == "lm":
         from models.hf_models import _builtin_cache
 
         if _LM_TYPE is None:
             _LM_TYPE = _language_model_type()
-        lm_spec = spec.get("lm") if isinstance(spec.get("lm"), dict) else {}
-        return _LM_TYPE(  # type: ignore[no-any-return]
+        lm_raw = spec.get("lm")
+        lm_spec: dict[str, Any] = lm_raw if isinstance(lm_raw, dict) else {}
+        return _LM_TYPE(
             modality="lm", task="generation", hf=None, tokenizer=WorkerTokenizer(group),
             add_bos=bool(lm_spec.get("add_bos")), cache_dir=Path(_builtin_cache()),
             group=group, **text,

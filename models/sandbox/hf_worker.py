@@ -149,7 +149,7 @@ def build(meta: dict[str, Any], check: bool) -> Any:
     import models.encoders
 
     if _SENTENCES:  # read in the zygote (no host file can be opened here)
-        models.encoders.descr_sentences = lambda: list(_SENTENCES)  # type: ignore[assignment]
+        models.encoders.descr_sentences = lambda: list(_SENTENCES)
     from models.checkpoint import folder_checkpoint
     from models.declaration import Declaration
     from models.hf import _load
@@ -159,7 +159,7 @@ def build(meta: dict[str, Any], check: bool) -> Any:
     root = Path(".").resolve()
     model = _load(decl, folder_checkpoint(root), root, str(meta.get("version", "")))
     if check:
-        check_texts(model)
+        check_texts(model)  # type: ignore[arg-type]
     return model
 
 

@@ -92,7 +92,7 @@ def _huggingface() -> None:
     from pathlib import Path
 
     import torch
-    from transformers import (
+    from transformers import (  # type: ignore[attr-defined]
         BertConfig,
         BertForSequenceClassification,
         BertTokenizerFast,
@@ -111,12 +111,12 @@ def _huggingface() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "vocab.txt").write_text("\n".join(words))
         tok = BertTokenizerFast(vocab_file=str(Path(tmp) / "vocab.txt"))
-        small = {"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        small: dict[str, Any] = {"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
                  "intermediate_size": 8, "vocab_size": len(words)}  # fmt: skip
         folders = {}
         for name, net in (
-            ("text", BertForSequenceClassification(BertConfig(**small, num_labels=2))),
-            ("ranker", BertForSequenceClassification(BertConfig(**small, num_labels=1))),
+            ("text", BertForSequenceClassification(BertConfig(**{**small, "num_labels": 2}))),
+            ("ranker", BertForSequenceClassification(BertConfig(**{**small, "num_labels": 1}))),
             ("lm", LlamaForCausalLM(LlamaConfig(**small, num_key_value_heads=1,
                                                 bos_token_id=2, eos_token_id=3))),
         ):  # fmt: skip
