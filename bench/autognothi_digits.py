@@ -1,8 +1,10 @@
 """AutoGnothi's side network vs Salvage's explainer vs KernelSHAP on digits-cnn (16 patches).
 
-One game for all: the classifier's probabilities with absent 2x2 patches zeroed (`shapley`'s
-image game; Salvage with `surrogate_epochs = 0`, squared objective, kernel sampler: FastSHAP on
-the classifier). AutoGnothi's side network reads the frozen classifier's feature maps
+AutoGnothi: Wang et al., "Gnothi Seauton: Empowering Faithful Self-Interpretability in Black-Box
+Transformers" (ICLR 2025), here on a CNN's feature maps (a library experiment). One game for
+all: the classifier's probabilities with absent 2x2 patches zeroed (`shapley`'s image game;
+Salvage with `surrogate_epochs = 0`, squared objective, kernel sampler: FastSHAP on the
+classifier). AutoGnothi's side network reads the frozen classifier's feature maps
 (explainers/autognothi_image.py); Salvage's explainer reads the image. Same epochs, coalition
 pairs and training images. Ground truth: exact Shapley values (2^16 coalitions) of the predicted
 class on test images. Pearson pooled over every patch of every image, mean per-image Pearson,
