@@ -73,6 +73,11 @@ def runner(model: TextModel) -> TextRunner | HFRunner:
 
     hook = getattr(model, "embeddings", None)  # models/hf_models.py EmbeddingHook
     if hook is not None:
+        if not hasattr(hook, "runner"):  # a checkpoint in a model worker: its layers lie there
+            raise OptionError(
+                f"autognothi reads the hidden states of every layer, which stay in the model "
+                f"worker of {model.name!r} (a sandboxed checkpoint): use shapley"
+            )
         if hook.link != "softmax":
             raise OptionError(f"autognothi explains softmax classifiers; {model.name!r} is not")
         hf_runner: HFRunner = hook.runner
