@@ -29,7 +29,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from explainers import autognothi_corpus as corpus
-from explainers.autognothi_net import Encoded, SideNet, empty_texts, encode, runner, word_values
+from explainers.autognothi_net import Encoded, SideNet, empty_texts, encode, word_values
+from explainers.autognothi_net import vocabulary as net_vocabulary
 from explainers.explanation import Caveat, OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.text import text_games, word_spans
@@ -292,9 +293,8 @@ def train(
 
     `texts`: training sentences (default: generated from the VADER lexicon)."""
     opts = options
-    run = runner(model)
     before = weights_hash(model.torch_module())
-    vocabulary = frozenset(run.tokenizer.get_vocab())
+    vocabulary = net_vocabulary(model)
     data_id = "vader"
     if texts is None:
         texts = corpus.sentences(opts.sentences, opts.seed, False, opts.max_words, vocabulary)
