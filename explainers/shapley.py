@@ -43,8 +43,10 @@ class ShapleyOptions(ExplainerOptions):
     estimator: Literal["auto", EstimatorName, "svarm", "tree"] = Field(
         "auto",
         description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
-        "exact when 2^n coalitions fit the budget, else gp below 3n coalitions and kernel from "
-        "3n (SV), or the index's default sampler; svarm is for interaction indices only; "
+        "exact when 2^n coalitions fit the budget, else gp below 3n coalitions and from 3n "
+        "KernelSHAP's coalitions fitted by kernel or gp, whichever is predicted more accurate at "
+        "equal wall time from the model's measured cost (details.auto; AUTO_COST=0: kernel) "
+        "(SV), or the index's default sampler; svarm is for interaction indices only; "
         "tree: exact TreeSHAP (path-dependent; interventional with background rows); "
         "partition: Owen values over a hierarchy of players (image patches by position, words "
         "in order; shap's PartitionExplainer), never chosen by auto; surrogate_kernel: "
