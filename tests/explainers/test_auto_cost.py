@@ -125,3 +125,22 @@ def test_own_time_model_monotone_in_coalitions() -> None:
         times = [auto.own_seconds(fit, m, 32) for m in (64, 256, 1024, 2560)]
         assert times == sorted(times)
     assert auto.rmse_ratio(64 * 16, 16) < auto.rmse_ratio(4 * 16, 16) < 1.0
+
+
+@pytest.mark.parametrize("name", ["breast-cancer-mlp", "digits-cnn"])
+def test_builtin_cheap_models_keep_kernel_with_details(name: str, model_dir) -> None:  # type: ignore[no-untyped-def]
+    """The service's default request on a built-in model: kernel, and details.auto says why."""
+    from explainers import shapley
+    from models.builtin import dataset_split
+    from models.registry import ModelRegistry
+
+    torch.set_num_threads(1)
+    model = ModelRegistry(model_dir).get(name)
+    x = dataset_split(name).x_test[:1]
+    result = shapley.explain(model, x, options=shapley.ShapleyOptions(), seed=0)
+    explanation = result.explanations[0]
+    assert explanation.details is not None
+    details = explanation.details["auto"]
+    assert explanation.estimator == details["chosen"] == "kernel", details
+    assert details["measured"] and details["cost_per_coalition_s"] < 2e-4
+    assert 0 < details["coalitions"] <= explanation.n_model_evals <= result.budget
