@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 VENV=.peers/mlserver
 PINS=(mlserver==1.7.1 mlserver-sklearn==1.7.1 pandas==2.3.3)
 for pkg in scikit-learn numpy scipy joblib threadpoolctl; do
-    pin=$(grep -iE "^${pkg}==" requirements.lock || true)
+    pin=$(grep -ioE "^${pkg}==[^ ;\\]+" requirements.lock || true)
     if [ -z "$pin" ]; then
         echo "setup_mlserver: $pkg is not pinned in requirements.lock" >&2
         exit 1
