@@ -42,7 +42,7 @@ from explainers.registry import EXPLAINERS, unsupported
 from models.registry import ModelRegistry
 from tests import byom_models as bm
 from tests.cases import BODIES, Kind, body, builtin_kinds
-from tests.peers.mlserver import MLServerPeer, mlserver_peer
+from tests.peers.mlserver import MLServerPeer, mlserver_peer, registration
 
 pytestmark = pytest.mark.slow
 
@@ -180,16 +180,7 @@ def matrix(
         bg = model.background[:3].tolist()
         kinds[model.name] = Kind(label, model.rows[0].tolist(), background=bg)
     for m in peer.models.values():
-        form = {
-            "name": m.name,
-            "modality": "tabular",
-            "input_shape": json.dumps([len(m.feature_names)]),
-            "output_names": json.dumps(m.output_names),
-            "feature_names": json.dumps(m.feature_names),
-            "task": m.task,
-            "remote_url": peer.model_url(m.name),
-            "remote_output": m.remote_output,
-        }
+        form = registration(peer, m)
         r = client.post("/v2/repository/models", data=form)
         assert r.status_code == 201, r.text
         label = f"remote OIP (MLServer sklearn) {m.task}"

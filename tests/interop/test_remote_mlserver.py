@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from models.remote import RemoteClient, RemoteModelError
-from tests.peers.mlserver import MLServerPeer, PeerModel, mlserver_peer
+from tests.peers.mlserver import MLServerPeer, PeerModel, mlserver_peer, registration
 
 pytestmark = pytest.mark.slow
 
@@ -31,21 +30,6 @@ def client(peer: MLServerPeer, make_client: Callable[..., TestClient]) -> TestCl
         r = c.post("/v2/repository/models", data=registration(peer, m))
         assert r.status_code == 201, r.text
     return c
-
-
-def registration(peer: MLServerPeer, m: PeerModel, **extra: str) -> dict[str, str]:
-    """The form a user sends to register an MLServer model (README: bring your own model)."""
-    return {
-        "name": m.name,
-        "modality": "tabular",
-        "input_shape": json.dumps([len(m.feature_names)]),
-        "output_names": json.dumps(m.output_names),
-        "feature_names": json.dumps(m.feature_names),
-        "task": m.task,
-        "remote_url": peer.model_url(m.name),
-        "remote_output": m.remote_output,
-        **extra,
-    }
 
 
 def exact_shapley(f: PeerModel, x: np.ndarray, background: np.ndarray, k: int) -> np.ndarray:

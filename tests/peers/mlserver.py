@@ -67,6 +67,21 @@ class MLServerPeer:
         return f"{self.url}/v2/models/{name}"
 
 
+def registration(peer: MLServerPeer, m: PeerModel, **extra: str) -> dict[str, str]:
+    """The form a user sends to register an MLServer model (README: bring your own model)."""
+    return {
+        "name": m.name,
+        "modality": "tabular",
+        "input_shape": json.dumps([len(m.feature_names)]),
+        "output_names": json.dumps(m.output_names),
+        "feature_names": json.dumps(m.feature_names),
+        "task": m.task,
+        "remote_url": peer.model_url(m.name),
+        "remote_output": m.remote_output,
+        **extra,
+    }
+
+
 def train_models() -> list[PeerModel]:
     """A breast-cancer MLP classifier and a diabetes gradient-boosting regressor (6 features)."""
     from sklearn.datasets import load_breast_cancer, load_diabetes
