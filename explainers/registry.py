@@ -9,21 +9,17 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from explainers import (
-    attribot,
-    autognothi,
-    cocoa,
-    gradients,
-    rankshap,
-    salvage_store,
-    shapley,
-    sufficient,
-    uni,
-)
+from explainers import attribot, cocoa, rankshap
+from explainers.amortized.autognothi import explainer as autognothi
+from explainers.amortized.salvage import explainer as salvage_store
 from explainers.context import LEARNED_BASELINE, Pin, RunContext
 from explainers.explanation import ExplainResult, OptionError
 from explainers.games import ExplainerError
-from explainers.text_gradients import hook_of
+from explainers.gradients import integrated as gradients
+from explainers.gradients import uni
+from explainers.gradients.integrated_text import hook_of
+from explainers.shapley import explainer as shapley
+from explainers.sufficient import explainer as sufficient
 from models.base import Model
 
 

@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from explainers import shapley_values
-from explainers.audit import TESTS_PER_OUTPUT, audit_outputs, holm
 from explainers.explanation import OptionError
-from explainers.maskers import MaskedModelGame
-from explainers.shapley import ShapleyOptions, explain
+from explainers.games.masked import MaskedModelGame
+from explainers.shapley.explainer import ShapleyOptions, explain
+from explainers.trust.audit import TESTS_PER_OUTPUT, audit_outputs, holm
 from models.base import Model
 from models.registry import ModelRegistry
 

@@ -40,7 +40,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from explainers.registry import EXPLAINERS, unsupported
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 from tests import byom_models as bm
 from tests.peers.mlserver import MLServerPeer, mlserver_peer

@@ -28,7 +28,7 @@ from app.schemas import ExplainResponse
 from app.settings import Settings
 from explainers.options import ExplainerOptions
 from explainers.registry import EXPLAINERS, get_explainer
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 
 CONTEXT = "Zorblat is the capital of Quenmoria. It has a harbour.\n\nBread is baked from flour."

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from models.adapters.remote import RemoteClient, RemoteModelError
 from models.registry import ModelRegistry
-from models.remote import RemoteClient, RemoteModelError
 from tests.peers.mlserver import MLServerPeer, PeerModel, mlserver_peer
 
 pytestmark = pytest.mark.slow

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.checkpoint import archive_checkpoint
-from models.hf import declare
+from models.adapters.checkpoint import archive_checkpoint
+from models.adapters.hf import declare
+from models.adapters.user import register
 from models.sandbox import ModelWorkerError, sandboxed_register
 from models.sandbox.proxy import worker_group
-from models.user import register
 from tests.models import hf_fixtures as fx
 from tests.models import onnx_text_fixtures as ox
 

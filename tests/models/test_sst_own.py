@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from models import Model, ModelRegistry
-from models.builtin import dataset_split
+from models.builtin.sst import load_digits_sst, own_subset, subset_input
+from models.builtin.trained import dataset_split
 from models.catalog import BUILTINS
-from models.sst import load_digits_sst, own_subset, subset_input
 
 
 @pytest.fixture(autouse=True)
