@@ -3,7 +3,7 @@ thresholds Holm-corrected over every test of every output, the caller's referenc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from itertools import combinations
 from pathlib import Path
 
@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from explainers import shapley_values
 from explainers.explanation import OptionError
 from explainers.games.masked import MaskedModelGame
@@ -153,12 +151,10 @@ def test_reference_rows_are_checked(model: Model) -> None:
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path) -> Iterator[TestClient]:
+def client(model_dir: Path, make_client: Callable[..., TestClient]) -> TestClient:
     registry = ModelRegistry(model_dir)
     registry.load_all()  # as tests/app does; with lazy loads the interpreter aborted at exit
-    settings = Settings(model_dir=model_dir, redis_url=None)
-    with TestClient(create_app(settings, registry)) as c:
-        yield c
+    return make_client(registry)
 
 
 def test_http_audit_reference(client: TestClient, model: Model, f_ref: np.ndarray) -> None:

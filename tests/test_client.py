@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,8 @@ KEYS = [{"name": "reader", "sha256": digest("key-reader").hex(), "scopes": ["exp
 
 
 @pytest.fixture(scope="module")
-def app_client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = f"sqlite:///{tmp_path_factory.mktemp('client') / 'jobs.db'}"
-    settings = Settings(model_dir=model_dir, redis_url=None, database_url=db)
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def app_client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 def test_sync_client_explain_and_audit(app_client: TestClient) -> None:
@@ -148,6 +145,7 @@ def keyed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         load_models_on_start=False,
     )
     port = free_port()
+    # Not make_client: a real uvicorn server on a port (the client's own HTTP transport)
     config = uvicorn.Config(
         create_app(settings, ModelRegistry(model_dir)), port=port, log_level="warning"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,6 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models.registry import ModelRegistry
 from xai import Client, JobTimeout, XaiError
 
@@ -26,11 +24,8 @@ BREAST = "breast-cancer-mlp"
 
 
 @pytest.fixture(scope="module")
-def app_client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = f"sqlite:///{tmp_path_factory.mktemp('client-inputs') / 'jobs.db'}"
-    settings = Settings(model_dir=model_dir, redis_url=None, database_url=db)
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def app_client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 class Counting:

@@ -444,6 +444,7 @@ def test_image_serves_readiness_and_an_explanation(
 
     from app.main import create_app
 
+    # Not make_client: the default settings, as the image runs them
     with TestClient(create_app(Settings(load_background_models=False))) as client:
         here = client.post(
             "/v2/models/diabetes-mlp/explain/shapley", json={"inputs": [README_ROW], "seed": 0}

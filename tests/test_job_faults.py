@@ -147,6 +147,8 @@ class Setup:
             job_visibility_timeout_s=5,
             load_models_on_start=False,
         )
+        # Not make_client: an unstarted client on the worker processes' Redis and database,
+        # started and stopped inside each fault test; its registry comes from the settings
         return TestClient(create_app(settings))
 
     def worker_log(self) -> str:

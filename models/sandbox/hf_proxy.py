@@ -146,6 +146,7 @@ class WorkerHook:
         self.buffers = spec.get("buffers") or []
         self._std: torch.Tensor | None = None
         self._weights: list[np.ndarray] | None = None
+        self._vocab: frozenset[str] | None = None
 
     def encode(self, text: str) -> tuple[list[int], list[int], list[tuple[int, int]], list[bool]]:
         reply, _ = self.group.call({"op": "encode", "text": str(text)}, [], 1)
@@ -201,6 +202,43 @@ class WorkerHook:
         module = _HookModule(self.group, self.k, params, buffers).eval()
         module.types = [int(t) for t in types.reshape(-1).tolist()]
         return module
+
+    def hidden_states(
+        self, texts: list[str]
+    ) -> tuple[list[tuple[list[int], list[tuple[int, int]]]], torch.Tensor, torch.Tensor]:
+        """AutoGnothi's encoder pass in the worker: per text (token ids, offsets), the hidden
+        states of every level [b, levels, t, d] and the probabilities [b, C]."""
+        limit = len(texts) * (64 << 20) + (1 << 20)  # at most 64 MiB of states per text
+        reply, out = self.group.call({"op": "hidden", "texts": [str(t) for t in texts]}, [],
+                                     limit, what="encoding hidden states")  # fmt: skip
+        raw = reply.get("tokens")
+        if not isinstance(raw, list) or len(raw) != len(texts) or len(out) != 2:
+            raise InvalidModelError("the model worker answered invalid hidden states")
+        tokens = []
+        for t in raw:
+            ids = _ints(t.get("ids") if isinstance(t, dict) else None, "token ids")
+            offsets = [tuple(_ints(o, "offsets")) for o in t.get("offsets") or []]
+            if len(offsets) != len(ids) or any(len(o) != 2 for o in offsets):
+                raise InvalidModelError("the model worker answered invalid token offsets")
+            tokens.append((ids, [(o[0], o[1]) for o in offsets]))
+        hidden, probs = out
+        width = max(len(ids) for ids, _ in tokens)
+        if (
+            hidden.dtype.kind != "f" or hidden.ndim != 4 or hidden.shape[0] != len(texts)
+            or hidden.shape[2] != width or probs.shape != (len(texts), self.k)
+        ):  # fmt: skip
+            raise InvalidModelError("the model worker answered hidden states of another shape")
+        return tokens, torch.from_numpy(hidden.copy()), torch.from_numpy(probs.copy())
+
+    def vocabulary(self) -> frozenset[str]:
+        """The tokenizer's vocabulary (AutoGnothi's held-out words avoid unknown tokens)."""
+        if self._vocab is None:
+            reply, _ = self.group.call({"op": "vocab"}, [], 1)
+            words = reply.get("vocab")
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise InvalidModelError("the model worker answered an invalid vocabulary")
+            self._vocab = frozenset(words)
+        return self._vocab
 
     def embedding_std(self) -> torch.Tensor:
         if self._std is None:

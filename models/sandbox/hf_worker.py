@@ -274,6 +274,29 @@ class HfServed(Served):
             (grad,) = torch.autograd.grad(out, x, grad_out.to(out.dtype).reshape(out.shape))
         return {}, [grad.detach().float().numpy()]
 
+    def hidden(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
+        """AutoGnothi's encoder pass: per text its token ids and offsets; arrays: every
+        level's hidden states [b, levels, t, d] (embeddings, then each layer) and the
+        classifier's probabilities [b, C]."""
+        run = self.model.embeddings.runner
+        texts = [str(t) for t in header["texts"]]
+        encodings = run.tokenizer.encode_batch(texts)
+        width = max(len(e.ids) for e in encodings)
+        ids = torch.zeros(len(texts), width, dtype=torch.int64)
+        mask = torch.zeros(len(texts), width, dtype=torch.int64)
+        for r, enc in enumerate(encodings):
+            ids[r, : len(enc.ids)] = torch.tensor(enc.ids)
+            mask[r, : len(enc.ids)] = 1
+        with torch.inference_mode():
+            out = run.module(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            hidden = torch.stack(out.hidden_states, dim=1).float()
+            probs = torch.softmax(out.logits, dim=-1).float()
+        tokens = [{"ids": list(e.ids), "offsets": [list(o) for o in e.offsets]} for e in encodings]
+        return {"tokens": tokens}, [hidden.contiguous().numpy(), probs.contiguous().numpy()]
+
+    def vocab(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
+        return {"vocab": sorted(self.model.embeddings.runner.tokenizer.get_vocab())}, []
+
     def std(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
         return {}, [self.model.embeddings.embedding_std().detach().float().numpy()]
 
@@ -329,6 +352,7 @@ class HfServed(Served):
 OPS = frozenset(
     {
         "texts", "spans", "score", "encode", "embed", "hook_scores", "std", "weights",
+        "hidden", "vocab",
         "forward", "vjp", "lm_encode", "lm_decode", "rll", "full_pass", "generate",
     }
 )  # fmt: skip

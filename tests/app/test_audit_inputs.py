@@ -4,8 +4,7 @@ results' input.* columns (CSV, Parquet) and to_shap().data with the rows sent.""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,6 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.settings import Settings
 from models.registry import ModelRegistry
 from tests.app.test_jobs import wait
@@ -23,11 +21,8 @@ MODEL = "diabetes-mlp"
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = f"sqlite:///{tmp_path_factory.mktemp('audit-inputs') / 'jobs.db'}"
-    settings = Settings(model_dir=model_dir, database_url=db, redis_url=None)
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 @pytest.fixture(scope="module")

@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.auth import digest
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 
 KEYS = {"reader": ["explain"], "auditor": ["jobs"], "root": ["admin"]}
 ROW = [50, 1, 25, 90, 180, 100, 50, 4, 4.5, 90]
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("auth")
+def client(make_client: Callable[..., TestClient]) -> TestClient:
     keys = [{"name": n, "sha256": digest(f"key-{n}").hex(), "scopes": s} for n, s in KEYS.items()]
-    settings = Settings(
-        model_dir=model_dir,
-        api_keys=json.dumps(keys),
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        user_model_dir=tmp / "u",
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+    return make_client(api_keys=json.dumps(keys))
 
 
 def auth(name: str) -> dict[str, str]:

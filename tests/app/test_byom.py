@@ -4,8 +4,7 @@ honest explainer lists; the request's background always wins."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,24 +12,12 @@ import pytest
 import shap
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 from tests import byom_models as bm
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("byom")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
 
 
 def register(client: TestClient, model: bm.UserModel, **extra: str) -> dict[str, Any]:

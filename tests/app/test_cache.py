@@ -24,6 +24,8 @@ def stable(body: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in body.items() if k != "id"}, "meta": meta}
 
 
+# Not make_client: an unstarted client per call: each test starts and stops apps on one Redis (a hit
+# across apps, an outage); make_client's clients stay started until the module ends
 def redis_app(url: str, registry: ModelRegistry, model_dir: Path) -> TestClient:
     settings = Settings(model_dir=model_dir, redis_url=url, cache_timeout_s=0.3)
     return TestClient(create_app(settings, registry))

@@ -29,6 +29,8 @@ def test_cpu_device_answers_as_before(client: TestClient, model_dir: Path, tmp_p
         load_models_on_start=False,
         device="cpu",
     )
+    # Not make_client: the app builds its own registry from the settings (the device is what is
+    # tested); make_client always passes a registry
     app = create_app(settings)  # its own registry, built from the settings
     assert app.state.service.registry.device == torch.device("cpu")
     with TestClient(app) as on_cpu:

@@ -4,34 +4,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.auth import digest
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 
 URL = re.compile(r"""(?:src|href|url)\s*[=:(]\s*['"]?([^'")\s>]+)""")
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def client(make_client: Callable[..., TestClient]) -> TestClient:
     """With API keys configured: the docs stay readable without one."""
-    tmp = tmp_path_factory.mktemp("docs")
     keys = [{"name": "reader", "sha256": digest("key-reader").hex(), "scopes": ["explain"]}]
-    settings = Settings(
-        model_dir=model_dir,
-        api_keys=json.dumps(keys),
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        user_model_dir=tmp / "u",
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        yield c
+    return make_client(api_keys=json.dumps(keys))
 
 
 def links(html: str) -> list[str]:

@@ -41,6 +41,7 @@ def _app() -> object:
             **({"model_dir": model_dir} if model_dir else {}),
         }
     )
+    # Not make_client: schemathesis takes the ASGI app itself, not a client
     return create_app(settings, ModelRegistry(settings.model_dir))
 
 

@@ -88,10 +88,14 @@ def test_classifier_registers_with_name_and_file(
     assert meta["output_names"] == ["negative", "positive"] and meta["feature_names"] == []
     assert meta["inputs"] == [{"name": "input", "datatype": "BYTES", "shape": [-1]}]
     assert meta["platform"] == "huggingface"
-    # In its model worker (the default): AutoGnothi, which reads every layer's hidden states
-    # in process, is not listed and answers 400 (test_autognothi_trains_beside_the_checkpoint).
-    assert meta["explainers"] == ["shapley", "integrated-gradients", "uni", "sufficient-subset"]
-    assert meta["info"]["sandbox"]["network"] == "isolated"
+    assert meta["explainers"] == [
+        "shapley",
+        "integrated-gradients",
+        "uni",
+        "autognothi",
+        "sufficient-subset",
+    ]
+    assert meta["info"]["sandbox"]["network"] == "isolated"  # in its model worker (default)
     assert classifier["versions"] == meta["versions"]
 
 
@@ -211,39 +215,18 @@ def test_uni_on_embeddings(client: TestClient, classifier: dict[str, Any]) -> No
 
 
 def test_autognothi_trains_beside_the_checkpoint(
-    client: TestClient, classifier: dict[str, Any], model_dir: Path, tmp_path: Path
+    client: TestClient, classifier: dict[str, Any]
 ) -> None:
-    from models.sandbox import configure_from_settings
+    """The checkpoint in its worker: the hidden states of every level come over the pipe."""
     from tests.app.test_jobs import wait
 
     tiny = {"sentences": 24, "pairs": 4, "epochs": 2, "batch_size": 8, "held_out": 2}
     job = {"kind": "train-autognothi", "model": "minilm-clf", "parameters": tiny}
-    r = client.post("/v2/jobs", json=job)  # in its worker: the hidden states are out of reach
-    assert r.status_code == 400 and "model worker" in r.json()["error"], r.text
-    r = client.post("/v2/models/minilm-clf/explain/autognothi", json={"inputs": [SENTENCE]})
-    assert r.status_code in (400, 422) and "model worker" in r.json()["error"], r.text
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp_path / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp_path / 'jobs.db'}",
-        load_models_on_start=False,
-        max_model_bytes=200 << 20,
-        model_sandbox="off",  # the checkpoint in the server process: AutoGnothi trains beside it
-    )
-    app: Any = client.app
-    try:
-        with TestClient(create_app(settings, ModelRegistry(model_dir))) as local:
-            r = register(local, "minilm-clf", fx.archived("classifier"))
-            assert r.status_code == 201 and "autognothi" in r.json()["explainers"], r.text
-            r = local.post("/v2/jobs", json=job)
-            assert r.status_code == 202, r.text
-            status = wait(local, r.json()["id"], timeout=300)
-            assert status["status"] == "succeeded", status
-            body = {"inputs": [SENTENCE]}
-            out = post(local, "/v2/models/minilm-clf/explain/autognothi", body)
-    finally:
-        configure_from_settings(app.state.settings)  # the module's app: sandbox on again
+    r = client.post("/v2/jobs", json=job)
+    assert r.status_code == 202, r.text
+    status = wait(client, r.json()["id"], timeout=300)
+    assert status["status"] == "succeeded", status
+    out = post(client, "/v2/models/minilm-clf/explain/autognothi", {"inputs": [SENTENCE]})
     e = out["data"]["explanations"][0]
     assert [p["text"] for p in e["players"]] == SENTENCE.split()
     assert sum(e["values"]) + e["base_value"] == pytest.approx(e["instance_output_value"], abs=1e-4)

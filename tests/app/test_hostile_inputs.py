@@ -5,16 +5,13 @@ model names and job ids. Against the app (TestClient, server errors as answers).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models.registry import ModelRegistry
 
 TABULAR = "/v2/models/diabetes-mlp"
@@ -24,10 +21,8 @@ SURROGATE = "\ud800"  # a lone surrogate: valid JSON ("\ud800"), not encodable a
 
 
 @pytest.fixture(scope="module")
-def hostile(registry: ModelRegistry, model_dir: Path) -> Iterator[TestClient]:
-    settings = Settings(model_dir=model_dir, redis_url=None, max_body_bytes=4_000_000)
-    with TestClient(create_app(settings, registry), raise_server_exceptions=False) as c:
-        yield c
+def hostile(registry: ModelRegistry, make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client(registry, raise_server_exceptions=False, max_body_bytes=4_000_000)
 
 
 def raw(client: TestClient, path: str, text: str, **headers: str) -> httpx.Response:

@@ -83,6 +83,8 @@ def test_cancel_in_process(tmp_path: Path, registry: ModelRegistry, model_dir: P
         database_url=f"sqlite:///{tmp_path / 'jobs.db'}",
         job_workers=1,
     )
+    # Not make_client: an app per test on its own database, stopped at the test's end so its
+    # in-process job workers stop with it; make_client's clients stay started until the module ends
     with TestClient(create_app(settings, registry)) as client:
         # 20 chunks of 20 instances: cancel once some results are stored.
         big = {"model": "breast-cancer-mlp", "inputs": ROWS * 10, "chunk_size": 20}

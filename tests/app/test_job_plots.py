@@ -10,7 +10,7 @@ import io
 import json
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,6 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from app import job_plots
-from app.main import create_app
-from app.settings import Settings
 from models.registry import ModelRegistry
 from tests.app.test_plots import vega_lite_validator
 
@@ -36,24 +34,20 @@ def wait(client: TestClient, job_id: str, timeout: float = 120) -> dict[str, Any
 
 
 @pytest.fixture(scope="module")
-def jobs(
-    registry: ModelRegistry, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Any:
-    db = f"sqlite:///{tmp_path_factory.mktemp('jobplots') / 'jobs.db'}"
-    settings = Settings(model_dir=model_dir, redis_url=None, database_url=db)
-    with TestClient(create_app(settings, registry)) as client:
-        rows = client.get("/v2/models/diabetes-mlp/examples?n=24").json()["instances"]
-        tab = client.post("/v2/jobs", json={"model": "diabetes-mlp", "inputs": rows}).json()
-        digits = client.get("/v2/models/digits-cnn/examples?n=3").json()["instances"]
-        img = client.post(
-            "/v2/jobs", json={"model": "digits-cnn", "inputs": digits, "budget": 256}
-        ).json()
-        text = client.post(
-            "/v2/jobs", json={"model": "sentiment-minilm", "inputs": ["good film", "bad plot."]}
-        ).json()
-        for job in (tab, img, text):
-            assert wait(client, job["id"])["status"] == "succeeded"
-        yield client, tab["id"], img["id"], text["id"]
+def jobs(registry: ModelRegistry, make_client: Callable[..., TestClient]) -> Any:
+    client = make_client(registry)
+    rows = client.get("/v2/models/diabetes-mlp/examples?n=24").json()["instances"]
+    tab = client.post("/v2/jobs", json={"model": "diabetes-mlp", "inputs": rows}).json()
+    digits = client.get("/v2/models/digits-cnn/examples?n=3").json()["instances"]
+    img = client.post(
+        "/v2/jobs", json={"model": "digits-cnn", "inputs": digits, "budget": 256}
+    ).json()
+    text = client.post(
+        "/v2/jobs", json={"model": "sentiment-minilm", "inputs": ["good film", "bad plot."]}
+    ).json()
+    for job in (tab, img, text):
+        assert wait(client, job["id"])["status"] == "succeeded"
+    return client, tab["id"], img["id"], text["id"]
 
 
 def results(client: TestClient, job_id: str) -> list[dict[str, Any]]:

@@ -20,6 +20,8 @@ ROWS = [[10.0 + 0.1 * i] * 30 for i in range(40)]
 AUDIT = {"model": "breast-cancer-mlp", "inputs": ROWS, "budget": 8000, "chunk_size": 7}
 
 
+# Not make_client: an unstarted client per call: the tests stop an app and start another on the same
+# job database (restarts); make_client's clients stay started until the module ends
 def app_for(db: str, registry: ModelRegistry, model_dir: Path, **kw: Any) -> TestClient:
     settings = Settings(model_dir=model_dir, database_url=db, **{"redis_url": None, **kw})
     return TestClient(create_app(settings, registry))

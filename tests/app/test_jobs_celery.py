@@ -70,6 +70,8 @@ def test_killed_worker_loses_nothing(
     rows = [[10.0 + 0.05 * i] * 30 for i in range(120)]
     body = {"model": "breast-cancer-mlp", "inputs": rows, "budget": 12000, "chunk_size": 10}
     try:
+        # Not make_client: the API process restarts mid-job on the same Redis and Postgres;
+        # make_client's clients stay started until the module ends
         with TestClient(create_app(settings, registry)) as client:
             job_id = client.post("/v2/jobs", json=body).json()["id"]
             deadline = time.monotonic() + 120

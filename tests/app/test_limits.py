@@ -85,6 +85,9 @@ def test_expired_deadline_before_any_round_raises() -> None:
         permutation(recorder, np.random.default_rng(0))
 
 
+# Not make_client: an unstarted client per call with its own slow model, started and stopped inside
+# a test (pending-explain and rate-limit state per app); make_client's clients stay started until
+# the module ends
 def _app(model_dir: Path, tmp: Path, **settings: object) -> TestClient:
     registry = ModelRegistry(model_dir, builtins=(BuiltinModel("diabetes-mlp", "tabular", _dm),))
     registry.register(slow_model())

@@ -42,6 +42,7 @@ GB = 1e9
 MIB = 1 << 20
 
 # The registry gets the budget from the settings (app/main.py builds it).
+# Not make_client: a uvicorn server in its own process (its memory is what is measured)
 LAUNCH = """
 import sys, uvicorn
 from app.main import create_app

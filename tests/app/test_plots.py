@@ -8,7 +8,7 @@ import io
 import itertools
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -364,26 +364,15 @@ def test_numbers_people_read(x: float, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def rgb_client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def rgb_client(make_client: Callable[..., TestClient]) -> TestClient:
     """A server where a 3×16×16 RGB CNN is registered over HTTP (tests/image_models.py)."""
-    from app.main import create_app
-    from app.settings import Settings
-    from models.registry import ModelRegistry
     from tests import image_models as im
 
-    tmp = tmp_path_factory.mktemp("rgb-plots")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        r = c.post("/v2/repository/models", data=im.image_form("rgb-16", 3, 16),
-                   files={"file": ("rgb.pt", im.torchscript_bytes(im.rgb_cnn(3, 16)))})  # fmt: skip
-        assert r.status_code == 201, r.text
-        yield c
+    c = make_client()
+    r = c.post("/v2/repository/models", data=im.image_form("rgb-16", 3, 16),
+               files={"file": ("rgb.pt", im.torchscript_bytes(im.rgb_cnn(3, 16)))})  # fmt: skip
+    assert r.status_code == 201, r.text
+    return c
 
 
 RED, GREEN = (0.9, 0.1, 0.1), (0.1, 0.8, 0.1)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,8 +11,6 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models.base import Model
 from models.registry import ModelRegistry
 
@@ -120,7 +117,9 @@ class SlowMLP(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def slow_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def slow_client(
+    tmp_path_factory: pytest.TempPathFactory, make_client: Callable[..., TestClient]
+) -> TestClient:
     tmp = tmp_path_factory.mktemp("precision")
     registry = ModelRegistry(tmp / "models", builtins=())
     registry.register(
@@ -136,15 +135,7 @@ def slow_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient
             batch_size=256,
         )
     )
-    settings = Settings(
-        model_dir=tmp / "models",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        user_model_dir=Path(tmp / "u"),
-        load_models_on_start=False,
-    )
-    with TestClient(create_app(settings, registry)) as c:
-        yield c
+    return make_client(registry, model_dir=tmp / "models")
 
 
 SLOW = "/v2/models/slow-mlp/explain/shapley"

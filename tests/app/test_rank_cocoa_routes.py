@@ -294,6 +294,8 @@ def test_cocoa_mean_embeddings_live_in_redis(
 ) -> None:
     settings = Settings(model_dir=model_dir, redis_url=redis_server.url, job_queue="inprocess")
     body = {"corpus": digits["corpus"], "foil": digits["foil"], "parameters": {"patch_size": 4}}
+    # Not make_client: apps stopped and restarted on one Redis (a fresh process-level cache);
+    # make_client's clients stay started until the module ends
     with TestClient(create_app(settings, registry)) as c:
         first = c.post(
             "/v2/models/digits-encoder/explain/cocoa", json={**body, "inputs": digits["x"][:1]}

@@ -71,6 +71,8 @@ def infer_body(rows: list[list[float]]) -> dict[str, Any]:
     return {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": flat}]}
 
 
+# Not make_client: a client per `with`, stopped at its end: each test compares apps with different
+# REMOTE_* settings one after another; make_client's clients stay started until the module ends
 @contextmanager
 def app(model_dir: Path, tmp: Path, **overrides: Any) -> Iterator[TestClient]:
     values: dict[str, Any] = {

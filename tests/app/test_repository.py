@@ -42,6 +42,8 @@ def form(name: str = "linear-user", **extra: str) -> dict[str, str]:
     }
 
 
+# Not make_client: function-scoped and restarted on the same database inside the test (persistence);
+# make_client is module-scoped and its clients stay started until the module ends
 @pytest.fixture()
 def app_client(model_dir: Path, tmp_path: Path) -> Iterator[TestClient]:
     settings = Settings(

@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
-from models.registry import ModelRegistry
 from models.sandbox import configure, current_config
 from models.sandbox.proxy import worker_group
 from tests.conftest import running_server
@@ -39,21 +36,13 @@ from tests.sandbox_models import (
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("sandbox")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-    )
-    app = create_app(settings, ModelRegistry(model_dir))
+def client(make_client: Callable[..., TestClient]) -> Iterator[TestClient]:
+    c = make_client()  # create_app configures the sandbox from the settings ...
     before = current_config()
-    # The upload checks would refuse the malformed boosters: off, so they meet the sandbox.
+    # ... then the upload checks that would refuse the malformed boosters go off, so they meet
+    # the sandbox.
     configure(replace(before, skip_file_checks=True))
-    with TestClient(app) as c:
-        yield c
+    yield c
     configure(before)
 
 

@@ -69,6 +69,8 @@ def postgres_url() -> Iterator[str]:
     yield from pg_database()
 
 
+# Not make_client: an unstarted client per call on a shared Redis and Postgres, started and stopped
+# inside a test; make_client's clients stay started until the module ends
 def tenancy_app(
     model_dir: Path, registry: ModelRegistry, redis: str, db: str, **kw: Any
 ) -> TestClient:

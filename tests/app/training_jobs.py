@@ -15,6 +15,8 @@ from app.settings import Settings
 from models.registry import ModelRegistry
 
 
+# Not make_client: an unstarted client per call on `tmp`'s store and database, started and stopped
+# inside a test (restarts); make_client's clients stay started until the module ends
 def app_for(tmp: Path, registry: ModelRegistry, **kw: Any) -> TestClient:
     """A service whose artifact store and job database live under `tmp`; built-ins come from
     `registry`."""

@@ -407,6 +407,7 @@ def test_unhandled_error_keeps_the_connection(model_dir: Path) -> None:
     settings = Settings(
         model_dir=model_dir, redis_url=None, job_queue="inprocess", load_models_on_start=False
     )
+    # Not make_client: a test-only route on the real app, served by uvicorn
     app = create_app(settings)
 
     @app.get("/fails")

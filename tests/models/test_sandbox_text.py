@@ -60,6 +60,20 @@ def test_text_models_answer_as_in_process(name: str) -> None:
     assert model.differentiable == local.differentiable
 
 
+def test_autognothi_encoder_pass_in_the_worker_equals_in_process() -> None:
+    from explainers.amortized.autognothi.net import encode, vocabulary
+
+    model, local = pair("classifier")
+    texts = ["a truly wonderful and moving film", "dull."]
+    got, want = encode(model, texts), encode(local, texts)
+    for name in ("token_mask", "words", "word_mask"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert got.hidden.shape == want.hidden.shape
+    torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.probs, want.probs, rtol=1e-5, atol=1e-6)
+    assert vocabulary(model) == vocabulary(local) and "film" in vocabulary(model)
+
+
 def test_ranker_scores_as_in_process() -> None:
     model, local = pair("cross-encoder")
     _in_worker(model)

@@ -5,7 +5,7 @@ head), and the shapley / sufficient-subset routes over HTTP."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,8 +14,6 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from explainers.games.masked import patch_groups
 from models import Model, ModelError, ModelRegistry
 from models.builtin import sst
@@ -145,13 +143,11 @@ def test_own_subset_needs_an_sst_model(model: Model, model_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path) -> Iterator[TestClient]:
+def client(model_dir: Path, make_client: Callable[..., TestClient]) -> TestClient:
     registry = ModelRegistry(model_dir, builtins=[b for b in BUILTINS if b.name in CONFIGS])
     for name in CONFIGS:
         registry.get(name)  # loaded now: the twin would otherwise load in the background
-    settings = Settings(model_dir=model_dir, redis_url=None)
-    with TestClient(create_app(settings, registry)) as c:
-        yield c
+    return make_client(registry)
 
 
 def test_shapley_and_sufficient_subset_over_http(client: TestClient, model: Model) -> None:

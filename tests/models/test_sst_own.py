@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models import Model, ModelRegistry
 from models.builtin.sst import load_digits_sst, own_subset, subset_input
 from models.builtin.trained import dataset_split
@@ -28,11 +26,9 @@ def model(model_dir: Path) -> Model:
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path) -> Iterator[TestClient]:
+def client(model_dir: Path, make_client: Callable[..., TestClient]) -> TestClient:
     names = {"digits-sst", "digits-cnn"}
-    registry = ModelRegistry(model_dir, builtins=[b for b in BUILTINS if b.name in names])
-    with TestClient(create_app(Settings(model_dir=model_dir, redis_url=None), registry)) as c:
-        yield c
+    return make_client(ModelRegistry(model_dir, builtins=[b for b in BUILTINS if b.name in names]))
 
 
 def test_own_search_over_http(client: TestClient, model: Model) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from models.adapters.hf_models import Runner as HFRunner
     from models.base import TextModel
     from models.builtin.text import TextRunner
+    from models.sandbox.hf_proxy import WorkerHook
 
 
 class SideNet(nn.Module):
@@ -65,7 +66,7 @@ class Encoded:
     probs: torch.Tensor  # [b, C]: the classifier's probabilities, v(N)
 
 
-def runner(model: TextModel) -> TextRunner | HFRunner:
+def runner(model: TextModel) -> TextRunner | HFRunner | WorkerHook:
     """The tokenizer and classifier behind a text model: the built-in zero-shot one, or a
     Hugging Face sequence classifier with softmax outputs (OptionError for any other model:
     its hidden states cannot be read)."""
@@ -73,11 +74,9 @@ def runner(model: TextModel) -> TextRunner | HFRunner:
 
     hook = getattr(model, "embeddings", None)  # models/adapters/hf_models.py EmbeddingHook
     if hook is not None:
-        if not hasattr(hook, "runner"):  # a checkpoint in a model worker: its layers lie there
-            raise OptionError(
-                f"autognothi reads the hidden states of every layer, which stay in the model "
-                f"worker of {model.name!r} (a sandboxed checkpoint): use shapley"
-            )
+        if hasattr(hook, "hidden_states"):  # a checkpoint in a model worker: the pass runs there
+            in_worker: WorkerHook = hook
+            return in_worker
         if hook.link != "softmax":
             raise OptionError(f"autognothi explains softmax classifiers; {model.name!r} is not")
         hf_runner: HFRunner = hook.runner
@@ -96,26 +95,34 @@ def encode(model: TextModel, texts: list[str]) -> Encoded:
     from models.builtin.text import ZeroShotClassifier
 
     run = runner(model)
-    module = run.module
-    encodings = run.tokenizer.encode_batch(texts)
+    found: tuple[torch.Tensor, torch.Tensor] | None = None
+    if hasattr(run, "hidden_states"):  # the encoder pass in the model worker
+        tokens, hidden, probs = run.hidden_states(texts)
+        found = hidden, probs
+    else:
+        tokens = [(e.ids, e.offsets) for e in run.tokenizer.encode_batch(texts)]
     spans = [word_spans(text) for text in texts]  # the words of `shapley`'s text game
-    width = max(len(e.ids) for e in encodings)
+    width = max(len(t_ids) for t_ids, _ in tokens)
     n_words = max(1, *(len(s) for s in spans))
     ids = torch.zeros(len(texts), width, dtype=torch.int64)
     mask = torch.zeros(len(texts), width, dtype=torch.int64)
     words = torch.zeros(len(texts), n_words, width)
     word_mask = torch.zeros(len(texts), n_words, dtype=torch.bool)
-    for r, (enc, pieces) in enumerate(zip(encodings, spans, strict=True)):
-        ids[r, : len(enc.ids)] = torch.tensor(enc.ids)
-        mask[r, : len(enc.ids)] = 1
+    for r, ((t_ids, offsets), pieces) in enumerate(zip(tokens, spans, strict=True)):
+        ids[r, : len(t_ids)] = torch.tensor(t_ids)
+        mask[r, : len(t_ids)] = 1
         word_mask[r, : len(pieces)] = True
         starts = np.array([p.start for p in pieces])
-        for t, (s, e) in enumerate(enc.offsets):
+        for t, (s, e) in enumerate(offsets):
             if e <= s or not pieces:  # special tokens, or no word at all
                 continue
             w = int(np.searchsorted(starts, s, side="right")) - 1
             if w >= 0 and s < pieces[w].end:  # inside a word: not punctuation between words
                 words[r, w, t] = 1.0
+    if found is not None:
+        return Encoded(found[0], mask.bool(), words, word_mask, found[1])
+    assert not hasattr(run, "hidden_states")
+    module = run.module
     device = next(module.parameters()).device  # where the registry placed the weights
     ids, mask = ids.to(device), mask.to(device)
     with torch.inference_mode():
@@ -137,6 +144,15 @@ def encode(model: TextModel, texts: list[str]) -> Encoded:
             probs = torch.softmax(out.logits, dim=-1)
     # Out of inference mode (clone), on the CPU, where the side network runs.
     return Encoded(hidden.cpu().clone(), mask.cpu().bool(), words, word_mask, probs.cpu().clone())
+
+
+def vocabulary(model: TextModel) -> frozenset[str]:
+    """The tokens of the classifier's tokenizer."""
+    run = runner(model)
+    if hasattr(run, "vocabulary"):
+        words: frozenset[str] = run.vocabulary()
+        return words
+    return frozenset(run.tokenizer.get_vocab())
 
 
 def centred(values: torch.Tensor) -> torch.Tensor:

@@ -29,14 +29,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from explainers.amortized.autognothi import corpus
-from explainers.amortized.autognothi.net import (
-    Encoded,
-    SideNet,
-    empty_texts,
-    encode,
-    runner,
-    word_values,
-)
+from explainers.amortized.autognothi.net import Encoded, SideNet, empty_texts, encode, word_values
+from explainers.amortized.autognothi.net import vocabulary as net_vocabulary
 from explainers.amortized.masks import kernel_masks
 from explainers.amortized.progress import Progress, Recorder
 from explainers.estimators.mobius import mobius_transform, shapley_from_mobius
@@ -299,9 +293,8 @@ def train(
 
     `texts`: training sentences (default: generated from the VADER lexicon)."""
     opts = options
-    run = runner(model)
     before = weights_hash(model.torch_module())
-    vocabulary = frozenset(run.tokenizer.get_vocab())
+    vocabulary = net_vocabulary(model)
     data_id = "vader"
     if texts is None:
         texts = corpus.sentences(opts.sentences, opts.seed, False, opts.max_words, vocabulary)
