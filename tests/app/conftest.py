@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models.registry import ModelRegistry
 
 
@@ -19,7 +17,6 @@ def registry(model_dir: Path) -> ModelRegistry:
 
 
 @pytest.fixture(scope="module")
-def client(registry: ModelRegistry, model_dir: Path) -> Iterator[TestClient]:
-    settings = Settings(model_dir=model_dir, redis_url=None, max_body_bytes=200_000)
-    with TestClient(create_app(settings, registry)) as c:
-        yield c
+def client(registry: ModelRegistry, make_client: Callable[..., TestClient]) -> TestClient:
+    # load_models_on_start as before (Settings' default; make_client turns it off)
+    return make_client(registry, max_body_bytes=200_000, load_models_on_start=True)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models.registry import ModelRegistry
 
 pytestmark = pytest.mark.slow
@@ -20,11 +17,9 @@ QUERY = "What is the capital of Quenmoria?"
 
 
 @pytest.fixture(scope="module")
-def lm_client(registry: ModelRegistry, model_dir: Path) -> Iterator[TestClient]:
+def lm_client(registry: ModelRegistry, make_client: Callable[..., TestClient]) -> TestClient:
     registry.get("gemma3-270m")  # loaded here; the app does not load anything on start
-    settings = Settings(model_dir=model_dir, redis_url=None, load_models_on_start=False)
-    with TestClient(create_app(settings, registry)) as c:
-        yield c
+    return make_client(registry)
 
 
 def test_attribot_route_answers_spans_with_offsets(lm_client: TestClient) -> None:

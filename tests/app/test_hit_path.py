@@ -90,6 +90,8 @@ def test_get_many_and_set_many(redis_server: RedisServer) -> None:
 def test_repeated_bodies_hit_with_their_own_ids(
     redis_server: RedisServer, registry: ModelRegistry, model_dir: Path
 ) -> None:
+    # Not make_client: an app per test on the test's own Redis server (stopped at the test's
+    # end, the app with it); make_client's clients stay started until the module ends
     settings = Settings(model_dir=model_dir, redis_url=redis_server.url, cache_local_entries=0)
     with TestClient(create_app(settings, registry)) as client:
         first = client.post(URL, json=BODY, headers={"X-Request-ID": "one"})

@@ -16,7 +16,8 @@ For each pair:
 Listed pairs on tabular and image models are asked again with the request's own background rows.
 
 Iterating `EXPLAINERS` and the app's own model listing, a new explainer or model fails here until
-it has a valid body in BODIES (or an instance in the kinds table) and answers honestly.
+it has a valid body in BODIES (tests/cases.py, the table the library contract test uses too; or an
+instance in the kinds table) and answers honestly.
 `pytest -s` prints the matrix.
 """
 
@@ -37,102 +38,16 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from explainers.registry import EXPLAINERS, unsupported
-from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 from tests import byom_models as bm
+from tests.cases import BODIES, Kind, body, builtin_kinds
 from tests.peers.mlserver import MLServerPeer, mlserver_peer
 
 pytestmark = pytest.mark.slow
 
-QUERY = "solar electricity"
-DOCS = [
-    "solar panels convert sunlight into electricity",
-    "the wind turbine makes electricity",
-    "a recipe for bread with flour",
-]
-CONTEXT = "Zorblat is the capital of Quenmoria. It has a harbour.\n\nBread is baked from flour."
-LM_QUERY = "What is the capital of Quenmoria?"
-TEXTS = ["a cat sleeps on the warm mat", "a dog runs in the park"]
-FOIL_TEXTS = ["stock prices fell sharply today", "the recipe needs two eggs"]
 # The answers a pair the model does not list may give (API.md): status per code.
 REFUSALS = {"unsupported_modality": 400, "needs_classifier": 400, "not_differentiable": 422}
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One model of the matrix: its kind (for the summary) and a valid instance for it."""
-
-    label: str
-    instance: Any  # a row, an image, a text (rankers, LMs: a text, unused by their explainers)
-    corpus: list[Any] | None = None  # encoders: COCOA's corpus and foil
-    foil: list[Any] | None = None
-    background: list[Any] | None = None  # tabular and image models: a few rows to send
-
-
-def _cocoa(k: Kind) -> dict[str, Any]:
-    corpus, foil = k.corpus or [k.instance], k.foil or [k.instance]  # others: refused anyway
-    body: dict[str, Any] = {"inputs": [k.instance], "corpus": corpus, "foil": foil}
-    if not isinstance(k.instance, str):
-        body["parameters"] = {"patch_size": 4}  # 4 patches of an 8x8 image: exact, 16 coalitions
-    return body
-
-
-# One valid request per (explainer, modality), small budgets: few players, few path steps.
-BODIES: dict[tuple[str, str], Callable[[Kind], dict[str, Any]]] = {
-    ("shapley", "tabular"): lambda k: {"inputs": [k.instance]},
-    ("shapley", "image"): lambda k: {"inputs": [k.instance], "parameters": {"patch_size": 4}},
-    ("shapley", "text"): lambda k: {"inputs": [k.instance]},
-    ("integrated-gradients", "tabular"): lambda k: {
-        "inputs": [k.instance],
-        "parameters": {"steps": 4},
-    },
-    ("integrated-gradients", "image"): lambda k: {
-        "inputs": [k.instance],
-        "parameters": {"steps": 4},
-    },
-    ("integrated-gradients", "text"): lambda k: {  # Hugging Face text classifiers
-        "inputs": [k.instance],
-        "parameters": {"steps": 4},
-    },
-    ("uni", "tabular"): lambda k: {
-        "inputs": [k.instance],
-        "parameters": {"pgd_steps": 2, "ig_steps": 4},
-    },
-    ("uni", "image"): lambda k: {
-        "inputs": [k.instance],
-        "parameters": {"pgd_steps": 2, "ig_steps": 4},
-    },
-    ("uni", "text"): lambda k: {  # Hugging Face text classifiers
-        "inputs": [k.instance],
-        "parameters": {"pgd_steps": 2, "ig_steps": 4},
-    },
-    ("rankshap", "ranker"): lambda k: {
-        "query": QUERY,
-        "documents": DOCS,
-        "parameters": {"k": 2, "max_players": 6},
-    },
-    ("cocoa", "encoder"): _cocoa,
-    ("salvage", "image"): lambda k: {"inputs": [k.instance]},
-    ("autognothi", "text"): lambda k: {"inputs": [k.instance]},
-    ("sufficient-subset", "tabular"): lambda k: {
-        "inputs": [k.instance],
-        "parameters": {"order": "leave-one-out"},
-    },
-    ("sufficient-subset", "image"): lambda k: {
-        "inputs": [k.instance],
-        "parameters": {"patch_size": 4},
-    },
-    ("sufficient-subset", "text"): lambda k: {"inputs": [k.instance]},
-    ("attribot", "lm"): lambda k: {
-        "context": CONTEXT,
-        "query": LM_QUERY,
-        "response": " Zorblat.",
-        "parameters": {"granularity": "paragraph"},
-    },
-}
 
 
 def body_for(
@@ -140,44 +55,7 @@ def body_for(
 ) -> dict[str, Any]:
     """The valid body for the model's modality, else the one of the explainer's own modality
     (with the model's instance): a request only the model's capabilities can refuse."""
-    key = (explainer, modality if modality in modalities else modalities[0])
-    return BODIES[key](kind)
-
-
-def builtin_kinds() -> dict[str, Kind]:
-    def tabular(label: str, name: str) -> Kind:
-        data = dataset_split(name)
-        return Kind(label, data.x_test[0].tolist(), background=data.x_train[:3].tolist())
-
-    digits = dataset_split("digits-cnn")
-    image = digits.x_test[0].tolist()
-    return {
-        "diabetes-mlp": tabular("built-in torch regressor", "diabetes-mlp"),
-        "breast-cancer-mlp": tabular("built-in torch classifier", "breast-cancer-mlp"),
-        "digits-cnn": Kind(
-            "built-in torch image classifier", image, background=digits.x_train[:3].tolist()
-        ),
-        "digits-sst": Kind(
-            "built-in SST image classifier", image, background=digits.x_train[:3].tolist()
-        ),
-        "digits-sst-twin": Kind(
-            "built-in SST image classifier (independent selector)",
-            image,
-            background=digits.x_train[:3].tolist(),
-        ),
-        "sentiment-minilm": Kind("built-in text classifier", TEXTS[0]),
-        "bm25": Kind("built-in ranker (BM25)", DOCS[0]),
-        "minilm-ranker": Kind("built-in ranker (MiniLM)", DOCS[0]),
-        "minilm-encoder": Kind("built-in text encoder", TEXTS[0], TEXTS, FOIL_TEXTS),
-        "digits-encoder": Kind(
-            "built-in image encoder",
-            image,
-            digits.x_train[digits.y_train == 7][:8].tolist(),
-            digits.x_train[digits.y_train != 7][:16].tolist(),
-        ),
-        "smollm2-135m": Kind("built-in language model", CONTEXT),
-        "gemma3-270m": Kind("built-in language model", CONTEXT),
-    }
+    return body(explainer, modality if modality in modalities else modalities[0], kind)
 
 
 def onnx_regressor(name: str) -> bm.UserModel:
@@ -282,44 +160,41 @@ def matrix(
     model_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
     one_torch_thread: None,
-) -> Iterator[Matrix]:
-    tmp = tmp_path_factory.mktemp("matrix")
-    settings = Settings(
-        model_dir=tmp / "models",  # a fresh Salvage store: nothing trained; built-ins: registry
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
-        remote_model_hosts="127.0.0.1",  # MLServer listens on loopback
-    )
+    make_client: Callable[..., TestClient],
+) -> Matrix:
     registry = ModelRegistry(model_dir)
     kinds = builtin_kinds()
     for name in kinds:
         # Loaded now, LMs too: ~10 s with warm caches; a fresh machine first converts the GGUF
         # files of smollm2-135m and gemma3-270m (~70 s on two cores, once).
         registry.get(name)
-    with TestClient(create_app(settings, registry)) as client:
-        for model, label in user_models():
-            r = client.post("/v2/repository/models", data=model.form, files=model.upload())
-            assert r.status_code == 201, r.text
-            bg = model.background[:3].tolist()
-            kinds[model.name] = Kind(label, model.rows[0].tolist(), background=bg)
-        for m in peer.models.values():
-            form = {
-                "name": m.name,
-                "modality": "tabular",
-                "input_shape": json.dumps([len(m.feature_names)]),
-                "output_names": json.dumps(m.output_names),
-                "feature_names": json.dumps(m.feature_names),
-                "task": m.task,
-                "remote_url": peer.model_url(m.name),
-                "remote_output": m.remote_output,
-            }
-            r = client.post("/v2/repository/models", data=form)
-            assert r.status_code == 201, r.text
-            label = f"remote OIP (MLServer sklearn) {m.task}"
-            kinds[m.name] = Kind(label, m.x[0].tolist(), background=m.x[1:4].tolist())
-        yield Matrix(client, registry, kinds)
+    # a fresh Salvage store (nothing trained) under model_dir; built-ins come from the registry
+    client = make_client(
+        registry,
+        model_dir=tmp_path_factory.mktemp("matrix") / "models",
+        remote_model_hosts="127.0.0.1",  # MLServer listens on loopback
+    )
+    for model, label in user_models():
+        r = client.post("/v2/repository/models", data=model.form, files=model.upload())
+        assert r.status_code == 201, r.text
+        bg = model.background[:3].tolist()
+        kinds[model.name] = Kind(label, model.rows[0].tolist(), background=bg)
+    for m in peer.models.values():
+        form = {
+            "name": m.name,
+            "modality": "tabular",
+            "input_shape": json.dumps([len(m.feature_names)]),
+            "output_names": json.dumps(m.output_names),
+            "feature_names": json.dumps(m.feature_names),
+            "task": m.task,
+            "remote_url": peer.model_url(m.name),
+            "remote_output": m.remote_output,
+        }
+        r = client.post("/v2/repository/models", data=form)
+        assert r.status_code == 201, r.text
+        label = f"remote OIP (MLServer sklearn) {m.task}"
+        kinds[m.name] = Kind(label, m.x[0].tolist(), background=m.x[1:4].tolist())
+    return Matrix(client, registry, kinds)
 
 
 def test_every_explainer_has_a_valid_body_per_modality() -> None:

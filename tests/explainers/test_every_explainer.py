@@ -7,15 +7,17 @@ axioms that apply hold (efficiency of the game-based Shapley explainers; every a
 explainer reports its efficiency gap honestly). Options are strict alike: a string where a
 number is asked for is a 422 for every explainer.
 
-A new explainer fails here until it has a case in CASES.
+A new explainer fails here until it has a case in CASES (its body comes from tests/cases.py, the
+table the HTTP matrix tests/app/test_matrix.py uses too).
 """
 
 from __future__ import annotations
 
 import time
 import types
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -23,20 +25,14 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.schemas import ExplainResponse
-from app.settings import Settings
 from explainers.options import ExplainerOptions
 from explainers.registry import EXPLAINERS, get_explainer
 from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
+from tests.cases import BODIES, Kind, builtin_kinds
+from tests.cases import body as table_body
 
-CONTEXT = "Zorblat is the capital of Quenmoria. It has a harbour.\n\nBread is baked from flour."
-DOCS = [
-    "solar panels convert sunlight into electricity",
-    "the wind turbine makes electricity",
-    "a recipe for bread with flour",
-]
 # Salvage's smallest training run (tests/app/test_salvage_routes.py).
 TINY_SALVAGE = {
     "rows": 48,
@@ -52,78 +48,59 @@ TINY_AUTOGNOTHI = {"sentences": 24, "pairs": 4, "epochs": 2, "batch_size": 8, "h
 
 @dataclass(frozen=True)
 class Case:
-    """A valid request for one explainer on one built-in model."""
+    """One explainer's request on one built-in model: the body of the shared case table
+    (tests/cases.py BODIES) for `modality` on `model`'s instance, `inputs` and `parameters`
+    overriding it."""
 
     model: str
-    body: Callable[[], dict[str, Any]]  # the request without seed and budget
+    modality: str
     budget: int | None  # model evaluations per instance; None: the explainer takes none
     efficient: bool = False  # Shapley values of a game: sum + base = f(x) up to rounding
+    inputs: Callable[[], list[Any]] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def body(self, name: str) -> dict[str, Any]:
+        """The request without seed and budget."""
+        out = table_body(name, self.modality, _kinds()[self.model])
+        if self.inputs is not None:
+            out["inputs"] = self.inputs()
+        if self.parameters:
+            out["parameters"] = {**out.get("parameters", {}), **self.parameters}
+        return out
+
+
+@cache
+def _kinds() -> dict[str, Kind]:
+    return builtin_kinds()
 
 
 def _row(name: str, i: int = 0) -> list[Any]:
     return list(dataset_split(name).x_test[i].tolist())
 
 
-def _cocoa() -> dict[str, Any]:
-    digits = dataset_split("digits-cnn")
-    return {
-        "inputs": [_row("digits-cnn")],
-        "corpus": digits.x_train[digits.y_train == 7][:8].tolist(),
-        "foil": digits.x_train[digits.y_train != 7][:16].tolist(),
-        "parameters": {"patch_size": 4},  # 4 patches: exact, 16 coalitions
-    }
-
-
 CASES: dict[str, Case] = {
+    # 30 coalitions of 100 background rows: KernelSHAP, not exact
     "shapley": Case(
         "diabetes-mlp",
-        lambda: {"inputs": [_row("diabetes-mlp"), _row("diabetes-mlp", 1)]},
-        3000,  # 30 coalitions of 100 background rows: KernelSHAP, not exact
+        "tabular",
+        3000,
         efficient=True,
+        inputs=lambda: [_row("diabetes-mlp"), _row("diabetes-mlp", 1)],
     ),
-    "integrated-gradients": Case(
-        "breast-cancer-mlp",
-        lambda: {"inputs": [_row("breast-cancer-mlp")], "parameters": {"steps": 8}},
-        64,
-    ),
-    "uni": Case(
-        "breast-cancer-mlp",
-        lambda: {
-            "inputs": [_row("breast-cancer-mlp")],
-            "parameters": {"pgd_steps": 2, "ig_steps": 4},
-        },
-        200,
-    ),
-    "rankshap": Case(
-        "bm25",
-        lambda: {
-            "query": "solar electricity",
-            "documents": DOCS,
-            "parameters": {"k": 2, "max_players": 6},
-        },
-        100,
-        efficient=True,
-    ),
-    "cocoa": Case("digits-encoder", _cocoa, 1000, efficient=True),
-    "salvage": Case("digits-cnn", lambda: {"inputs": [_row("digits-cnn")]}, None, efficient=True),
+    "integrated-gradients": Case("breast-cancer-mlp", "tabular", 64, parameters={"steps": 8}),
+    "uni": Case("breast-cancer-mlp", "tabular", 200),
+    "rankshap": Case("bm25", "ranker", 100, efficient=True),
+    "cocoa": Case("digits-encoder", "encoder", 1000, efficient=True),  # 4 patches: exact
+    "salvage": Case("digits-cnn", "image", None, efficient=True),
     "autognothi": Case(
-        "sentiment-minilm", lambda: {"inputs": ["The movie was wonderful."]}, None, efficient=True
+        "sentiment-minilm",
+        "text",
+        None,
+        efficient=True,
+        inputs=lambda: ["The movie was wonderful."],
     ),
-    "attribot": Case(
-        "smollm2-135m",
-        lambda: {
-            "context": CONTEXT,
-            "query": "What is the capital of Quenmoria?",
-            "response": " Zorblat.",
-            "parameters": {"granularity": "paragraph"},
-        },
-        10,
-    ),
-    "sufficient-subset": Case(
-        "breast-cancer-mlp",
-        lambda: {"inputs": [_row("breast-cancer-mlp")], "parameters": {"order": "leave-one-out"}},
-        8000,
-    ),
+    "attribot": Case("smollm2-135m", "lm", 10),
+    "sufficient-subset": Case("breast-cancer-mlp", "tabular", 8000),
 }
 NAMES = [spec.name for spec in EXPLAINERS]
 # Explainer-specific meta keys (ExplainResult.meta) that the response carries but the declared
@@ -142,35 +119,33 @@ def _wait(client: TestClient, job: str, timeout: float = 240.0) -> dict[str, Any
 
 
 @pytest.fixture(scope="module")
-def client(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def client(
+    model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    make_client: Callable[..., TestClient],
+) -> TestClient:
     registry = ModelRegistry(model_dir)
     registry.get("smollm2-135m")  # an LM loads in the background otherwise (503 until loaded)
-    tmp = tmp_path_factory.mktemp("every-explainer")
-    settings = Settings(
-        model_dir=tmp / "models",  # the artifact stores; built-ins come from the registry
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        load_models_on_start=False,
+    # the artifact stores under a fresh model_dir; built-ins come from the registry
+    c = make_client(registry, model_dir=tmp_path_factory.mktemp("every-explainer") / "models")
+    r = c.post(
+        "/v2/jobs",
+        json={"kind": "train-salvage", "model": "digits-cnn", "parameters": TINY_SALVAGE},
     )
-    with TestClient(create_app(settings, registry)) as c:
-        r = c.post(
-            "/v2/jobs",
-            json={"kind": "train-salvage", "model": "digits-cnn", "parameters": TINY_SALVAGE},
-        )
-        assert r.status_code == 202, r.text
-        status = _wait(c, r.json()["id"])
-        assert status["status"] == "succeeded", status
-        job = {"kind": "train-autognothi", "model": "sentiment-minilm"}
-        r = c.post("/v2/jobs", json={**job, "parameters": TINY_AUTOGNOTHI})
-        assert r.status_code == 202, r.text
-        status = _wait(c, r.json()["id"])
-        assert status["status"] == "succeeded", status
-        yield c
+    assert r.status_code == 202, r.text
+    status = _wait(c, r.json()["id"])
+    assert status["status"] == "succeeded", status
+    job = {"kind": "train-autognothi", "model": "sentiment-minilm"}
+    r = c.post("/v2/jobs", json={**job, "parameters": TINY_AUTOGNOTHI})
+    assert r.status_code == 202, r.text
+    status = _wait(c, r.json()["id"])
+    assert status["status"] == "succeeded", status
+    return c
 
 
 def _explain(client: TestClient, name: str, extra: dict[str, Any]) -> Any:
     case = CASES[name]
-    body = {**case.body(), "seed": 7, **extra}
+    body = {**case.body(name), "seed": 7, **extra}
     if case.budget is not None:
         body["budget"] = case.budget
     return client.post(
@@ -180,6 +155,11 @@ def _explain(client: TestClient, name: str, extra: dict[str, Any]) -> Any:
 
 def test_every_registered_explainer_has_a_case() -> None:
     assert sorted(CASES) == sorted(NAMES)
+    for spec in EXPLAINERS:
+        case = CASES[spec.name]
+        assert case.modality in spec.modalities, (spec.name, case.modality)
+        assert (spec.name, case.modality) in BODIES, (spec.name, case.modality)
+        assert case.model in _kinds(), case.model
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -264,7 +244,7 @@ def test_a_string_for_a_number_is_a_422(client: TestClient, name: str) -> None:
     if field_name is None:  # e.g. Salvage: its options are names only
         r = _explain(client, name, {"parameters": {next(iter(options.model_fields)): 3}})
     else:
-        body = CASES[name].body()
+        body = CASES[name].body(name)
         params = {**body.get("parameters", {}), field_name: "3"}
         r = _explain(client, name, {"parameters": params})
     assert r.status_code == 422, r.text

@@ -5,18 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from models.adapters.remote import RemoteClient, RemoteModelError
-from models.registry import ModelRegistry
 from tests.peers.mlserver import MLServerPeer, PeerModel, mlserver_peer
 
 pytestmark = pytest.mark.slow
@@ -29,22 +25,12 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLServerPeer]:
 
 
 @pytest.fixture(scope="module")
-def client(
-    peer: MLServerPeer, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("remote-app")
-    settings = Settings(
-        model_dir=model_dir,
-        user_model_dir=tmp / "user",
-        redis_url=None,
-        database_url=f"sqlite:///{tmp / 'jobs.db'}",
-        remote_model_hosts="127.0.0.1",  # MLServer listens on loopback
-    )
-    with TestClient(create_app(settings, ModelRegistry(model_dir))) as c:
-        for m in peer.models.values():
-            r = c.post("/v2/repository/models", data=registration(peer, m))
-            assert r.status_code == 201, r.text
-        yield c
+def client(peer: MLServerPeer, make_client: Callable[..., TestClient]) -> TestClient:
+    c = make_client(remote_model_hosts="127.0.0.1")  # MLServer listens on loopback
+    for m in peer.models.values():
+        r = c.post("/v2/repository/models", data=registration(peer, m))
+        assert r.status_code == 201, r.text
+    return c
 
 
 def registration(peer: MLServerPeer, m: PeerModel, **extra: str) -> dict[str, str]:
