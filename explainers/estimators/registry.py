@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from explainers.estimators import (
+    auto,
     exact,
     gp,
     kernel,
@@ -168,6 +169,33 @@ def shapley_values(
     `target_se`: sample in rounds until every error_std of `target_output` (an index, a rule
     from v(all) to an index, or None: all outputs) is at most this, or the budget is spent.
     """
+    return shapley_values_chosen(
+        game,
+        n_players,
+        estimator=estimator,
+        budget=budget,
+        seed=seed,
+        sampler=sampler,
+        target_se=target_se,
+        target_output=target_output,
+        costly=costly,
+    )[0]
+
+
+def shapley_values_chosen(
+    game: Game,
+    n_players: int,
+    *,
+    estimator: str = "auto",
+    budget: int | None = None,
+    seed: int = 0,
+    sampler: str = "kernel",
+    target_se: float | None = None,
+    target_output: OutputRule = None,
+    costly: bool = False,
+) -> tuple[Estimate, dict[str, Any] | None]:
+    """`shapley_values` and, when `estimator` is auto, how auto chose (details.auto: what it
+    measured, predicted and why; auto.py), else None."""
     if n_players < 1:
         raise OptionError("a game needs at least one player")
     if target_se is not None and not (np.isfinite(target_se) and target_se > 0):
@@ -181,22 +209,58 @@ def shapley_values(
     )
     if n_players == 1:
         name = "exact"
-    recorder = GameRecorder(game, n_players, budget)
+    is_auto = canonical_estimator(estimator) == "auto"
+    measure = is_auto and name == "kernel" and target is None and auto.enabled()
+    measure = measure and n_players <= gp.MAX_PLAYERS and budget // cost <= gp.MAX_ROWS
+    timed = auto.Timed(game) if measure else None
+    recorder = GameRecorder(game if timed is None else timed, n_players, budget)
     rng = np.random.default_rng(seed)
-    if target is not None and estimator == "auto" and name != "exact":
+    if target is not None and is_auto and name != "exact":
         perm_rng, kernel_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
         contenders = {
             "permutation": permutation.rounds(recorder, perm_rng),
             "kernel": kernel.rounds(recorder, kernel_rng, sampler),
         }
-        return rounds.race(contenders, recorder, target)
-    est = _BY_NAME[name].run(recorder, rng, sampler, target)
+        est = rounds.race(contenders, recorder, target)
+        return est, auto.static(est.estimator, "target_se: the race of permutation and kernel")
+    details: dict[str, Any] | None = None
+    if timed is not None:  # kernel's plan; kernel's fit or gp's, by measured cost (auto.py)
+        chooser = auto.Chooser(timed, n_players)
+        est = rounds.drive(
+            kernel.rounds(recorder, rng, sampler, fit=chooser, name="auto"), recorder, None
+        )
+        if chooser.choice is not None:
+            est = replace(est, estimator=chooser.choice.chosen)
+            details = chooser.choice.as_dict()
+        else:  # no fit ran (exact enumeration needs none)
+            est = replace(est, estimator="kernel")
+    else:
+        est = _BY_NAME[name].run(recorder, rng, sampler, target)
+        if is_auto:
+            details = auto.static(name, _static_reason(name, n_players, budget // cost, costly))
     if target is not None and est.precision is None:  # exact
         est = replace(est, precision=Precision(target.se, True, 0.0, 1))
     renamed = renamed_caveat(estimator)
     if renamed is not None:
         est = replace(est, warnings=(*est.warnings, renamed))
-    return est
+    return est, details
+
+
+def _static_reason(name: str, n_players: int, coalitions: int, costly: bool) -> str:
+    """Why auto chose `name` without measuring (the rule of choose_estimator)."""
+    if name == "exact":
+        return f"exact: all 2^{n_players} coalitions fit the budget ({coalitions})"
+    if name == "gp" and costly:
+        return "gp: every coalition is a text model pass, far costlier than gp's fit"
+    if name == "gp":
+        return f"gp: {coalitions} coalitions < {GP_BELOW}n, where KernelSHAP's regression is " \
+            "nearly square"
+    if n_players > gp.MAX_PLAYERS or coalitions > gp.MAX_ROWS:
+        return (f"kernel: beyond gp's {gp.MAX_ROWS} coalitions or {gp.MAX_PLAYERS} players "
+                "gp is KernelSHAP")  # fmt: skip
+    if not auto.enabled():
+        return f"kernel: {auto.ENV}=0 (the static rule: kernel from {GP_BELOW}n)"
+    return f"{name}: the static rule"
 
 
 __all__ = [
@@ -212,4 +276,5 @@ __all__ = [
     "choose_estimator",
     "renamed_caveat",
     "shapley_values",
+    "shapley_values_chosen",
 ]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from explainers.estimators.base import Estimate
-from explainers.estimators.registry import shapley_values
+from explainers.estimators.registry import shapley_values_chosen
 from explainers.explanation import Caveat, Explanation, OptionError
 from explainers.games import Game, GameRecorder, rows_per_coalition
 from explainers.shapley import api_allocation, interactions
@@ -52,7 +52,7 @@ def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
     options, budget, seed, model, target = run
     # target_se watches the explained output; with several, every output (a superset)
     watch = None if isinstance(target, tuple) else target
-    est = shapley_values(
+    est, chosen = shapley_values_chosen(
         game,
         n_players,
         estimator=options.estimator,
@@ -63,7 +63,12 @@ def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
         target_output=watch if target is not None else partial(explained, model),
         costly=model.modality == "text",
     )
-    return shared(est, model, target)
+    if chosen is None:
+        return shared(est, model, target)
+    return [
+        replace(e, details={**(e.details or {}), "auto": chosen})
+        for e in shared(est, model, target)
+    ]
 
 
 def explained(model: Model, full_value: np.ndarray) -> int:

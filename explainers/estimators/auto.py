@@ -1,0 +1,199 @@
+"""`auto`'s cost model: KernelSHAP's fit or the GP's on the same coalitions, by measured cost.
+
+`kernel` and `gp` draw the same coalitions (gp fits KernelSHAP's plan: same seed, rounds and
+budget), so the choice is only of the fit and can wait until the model has been timed: every
+model call is timed (`Timed`), and when the rounds are fitted `Chooser` predicts each fit's
+error at equal wall time, from the measured seconds per coalition, each fit's own time
+(OWN_S, a function of coalitions and players) and gp's RMSE relative to KernelSHAP's at equal
+coalitions (RMSE_RATIO), with KernelSHAP's 1/sqrt(m) rate [Lundberg & Lee (2017); Covert & Lee
+(2021)]. The values are deterministic given the seed; which fit answers depends on the measured
+time (AUTO_COST=0 in the environment: the static rule of `registry.choose_estimator` instead).
+
+The rule: with m coalitions (the budget), c seconds per coalition and T = m c + own_kernel(m, n)
+(KernelSHAP's wall time; the time left where a deadline is nearer), gp could have spent m_g
+coalitions in T (m_g c + own_gp(m_g, n) <= T); gp answers when its predicted error
+ratio(m_g / n) / sqrt(m_g) is below KernelSHAP's 1 / sqrt(m). On a cheap model (microseconds per
+coalition) own_gp dominates and m_g is small: KernelSHAP; on an expensive one (>= 1 ms per
+coalition) m_g is nearly m: gp. gp then spends the whole budget (a lower error still, in
+about own_gp more seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from explainers.games import Game, rows_per_coalition
+from explainers.games.deadlines import time_left
+
+ENV = "AUTO_COST"  # "0": auto keeps the static rule (reproducible choice); else cost-based
+
+# Own seconds of each fit (the whole estimator on a near-free game: KernelSHAP's plan, rounds
+# and fit) by players (rows) and coalitions (columns), min of 3; interpolated in log-log,
+# clamped at the edges. Machine: AMD EPYC, 2 cores shared with other agents (load 2-4), one BLAS
+# thread, 2026-12-03. Reproduce: .venv/bin/python bench/auto_bench.py own
+OWN_PLAYERS = (8, 16, 32, 64, 128)
+OWN_COALITIONS = (64, 256, 1024, 2560)
+OWN_S: dict[str, tuple[tuple[float, ...], ...]] = {
+    "kernel": (
+        (0.0014, 0.0029, 0.0043, 0.0086),  # n = 8: beyond 64 only the n = 16 row (2^8 = 256)
+        (0.0020, 0.0029, 0.0043, 0.0086),
+        (0.0043, 0.0046, 0.0091, 0.0118),
+        (0.0130, 0.0130, 0.0160, 0.0188),  # 64 coalitions < 2n: the 256 column
+        (0.0506, 0.0506, 0.0508, 0.0598),
+    ),
+    "gp": (
+        (0.0342, 0.1974, 0.2275, 0.7924),
+        (0.0285, 0.1974, 0.2275, 0.7924),
+        (0.0091, 0.1707, 0.3007, 0.8221),
+        (0.2041, 0.2041, 0.2798, 0.8972),
+        (0.0852, 0.0852, 0.2079, 0.8087),
+    ),
+}
+# gp's RMSE over KernelSHAP's at equal coalitions, by coalitions per player: geometric mean of
+# the ratios of docs/benchmarks.md ("Cubic-surrogate-adjusted KernelSHAP and Gaussian-process
+# estimators": tanh-MLP 16 players, breast-cancer-mlp, digits-cnn 2x2 and 1x1, sentiment-minilm
+# words). Below 3n auto takes gp by rule (registry.GP_BELOW).
+RATIO_PER_PLAYER = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+RMSE_RATIO = (0.50, 0.69, 0.66, 0.64, 0.54, 0.45)
+
+
+def enabled() -> bool:
+    """Whether auto chooses kernel or gp by measured cost (AUTO_COST unset or not "0")."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def own_seconds(fit: str, coalitions: float, players: int) -> float:
+    """Predicted own seconds of `fit` ("kernel" or "gp") at this many coalitions and players."""
+    table = np.asarray(OWN_S[fit])  # [players, coalitions]
+    lm = np.log(np.clip(coalitions, OWN_COALITIONS[0], OWN_COALITIONS[-1]))
+    rows = [np.interp(lm, np.log(OWN_COALITIONS), row) for row in table]
+    ln = np.log(np.clip(players, OWN_PLAYERS[0], OWN_PLAYERS[-1]))
+    return float(np.interp(ln, np.log(OWN_PLAYERS), rows))
+
+
+def rmse_ratio(coalitions: float, players: int) -> float:
+    """gp's RMSE over KernelSHAP's at equal coalitions (RMSE_RATIO, interpolated in log)."""
+    per = np.log(np.clip(coalitions / max(players, 1), RATIO_PER_PLAYER[0], RATIO_PER_PLAYER[-1]))
+    return float(np.interp(per, np.log(RATIO_PER_PLAYER), RMSE_RATIO))
+
+
+class Timed:
+    """A game that times its own calls (the model's time per coalition, measured)."""
+
+    def __init__(self, game: Game) -> None:
+        self.game = game
+        self.rows_per_coalition = rows_per_coalition(game)
+        self.hierarchy = getattr(game, "hierarchy", None)
+        self.seconds = 0.0
+        self.coalitions = 0
+        self.first: tuple[float, int] | None = None  # (seconds, coalitions) of the first call
+
+    def __call__(self, masks: np.ndarray) -> Any:
+        t0 = time.perf_counter()
+        out = self.game(masks)
+        took = time.perf_counter() - t0
+        self.seconds += took
+        self.coalitions += len(masks)
+        if self.first is None:
+            self.first = (took, len(masks))
+        return out
+
+    @property
+    def per_coalition(self) -> float:
+        """Seconds per coalition over every call so far (0 before any)."""
+        return self.seconds / self.coalitions if self.coalitions else 0.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What auto measured and predicted, and the fit it chose (details.auto)."""
+
+    chosen: str
+    reason: str
+    cost_per_coalition_s: float
+    coalitions: int
+    own_s: dict[str, float]
+    gp_coalitions_at_equal_time: int
+    predicted_rmse_vs_kernel: float  # gp's predicted error at equal wall time over kernel's
+    measured: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "measured": self.measured,
+            "cost_per_coalition_s": self.cost_per_coalition_s,
+            "coalitions": self.coalitions,
+            "predicted_own_s": dict(self.own_s),
+            "gp_coalitions_at_equal_time": self.gp_coalitions_at_equal_time,
+            # None: gp's fit alone would not fit in kernel's time
+            "predicted_gp_rmse_vs_kernel": (
+                ratio if np.isfinite(ratio := self.predicted_rmse_vs_kernel) else None
+            ),
+            **self.extra,
+        }
+
+
+def decide(cost: float, coalitions: int, players: int, left: float | None = None) -> Choice:
+    """kernel or gp for `coalitions` at `cost` seconds per coalition (the rule: module doc)."""
+    own = {f: own_seconds(f, coalitions, players) for f in ("kernel", "gp")}
+    wall = coalitions * cost + own["kernel"]
+    if left is not None:
+        wall = min(wall, left)
+    grid = np.unique(np.linspace(1, coalitions, 256).astype(int))
+    spent = grid * cost + np.array([own_seconds("gp", m, players) for m in grid])
+    fits = grid[spent <= wall]
+    m_gp = int(fits.max()) if len(fits) else 0
+    ratio = np.inf
+    if m_gp >= 2 * players:
+        ratio = rmse_ratio(m_gp, players) * float(np.sqrt(coalitions / m_gp))
+    ms = cost * 1e3
+    if left is not None and own["gp"] > left:
+        chosen = "kernel"
+        why = f"deadline: {left:.3f} s left, gp's fit needs about {own['gp']:.3f} s"
+    elif ratio < 1.0:
+        chosen = "gp"
+        why = (
+            f"gp: predicted {ratio:.2f}x kernel's error at equal wall time ({m_gp} of "
+            f"{coalitions} coalitions in kernel's {wall:.3f} s at {ms:.4f} ms a coalition)"
+        )
+    else:
+        chosen = "kernel"
+        why = (
+            f"kernel: gp's own time ({own['gp']:.3f} s) leaves it {m_gp} of {coalitions} "
+            f"coalitions in kernel's {wall:.3f} s at {ms:.4f} ms a coalition: predicted "
+            f"{ratio:.2f}x kernel's error"
+        )
+    return Choice(chosen, why, cost, coalitions, own, m_gp, float(ratio))
+
+
+class Chooser:
+    """The fit of KernelSHAP's rounds that decides, once, between kernel's fit and gp's."""
+
+    def __init__(self, timed: Timed, players: int) -> None:
+        self.timed, self.players = timed, players
+        self.choice: Choice | None = None
+
+    def __call__(
+        self, plan: Any, y: np.ndarray, total: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        from explainers.estimators import gp, kernel
+
+        if self.choice is None:
+            self.choice = decide(
+                self.timed.per_coalition, len(plan.masks), self.players, time_left()
+            )
+        if self.choice.chosen == "gp":
+            return gp._fit(plan, y, total)
+        return kernel._blas_limited_fit(plan, y, total)
+
+
+def static(chosen: str, reason: str) -> dict[str, Any]:
+    """details.auto of a choice made without measuring (exact, text models, AUTO_COST=0)."""
+    return {"chosen": chosen, "reason": reason, "measured": False}

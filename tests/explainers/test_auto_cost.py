@@ -1,0 +1,127 @@
+"""`auto` chooses kernel's fit or gp's by measured cost (explainers/estimators/auto.py).
+
+The expensive game is real work: a small torch CNN on 3 x 224 x 224 images, one forward pass
+per coalition (several ms on one core); the cheap one a numpy MLP (microseconds a coalition).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from explainers.estimators import auto
+from explainers.estimators.registry import shapley_values, shapley_values_chosen
+
+
+def cnn_game(side: int = 224, patch: int = 32, seed: int = 0):  # type: ignore[no-untyped-def]
+    """Patches of an image (zero baseline) -> a random CNN's first logit. 49 players."""
+    gen = torch.Generator().manual_seed(seed)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 5, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(4),
+        torch.nn.Flatten(),
+        torch.nn.Linear(256, 2),
+    ).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    image = torch.rand((3, side, side), generator=gen)
+    cells = side // patch
+    n = cells * cells
+
+    def game(masks: np.ndarray) -> np.ndarray:
+        keep = torch.from_numpy(masks.reshape(-1, 1, cells, cells).astype(np.float32))
+        keep = keep.repeat_interleave(patch, 2).repeat_interleave(patch, 3)
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(keep), 64):
+                out.append(net(image[None] * keep[start : start + 64])[:, 0])
+        return torch.cat(out).double().numpy()
+
+    return game, n
+
+
+def mlp_game(n: int = 30, seed: int = 0):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    w1, w2 = rng.normal(size=(n, 16)), rng.normal(size=16)
+
+    def game(masks: np.ndarray) -> np.ndarray:
+        return np.tanh(masks.astype(np.float64) @ w1) @ w2
+
+    return game, n
+
+
+@pytest.fixture(autouse=True)
+def _measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(auto.ENV, raising=False)
+
+
+def test_expensive_cnn_gets_gp_and_says_why() -> None:
+    torch.set_num_threads(1)
+    game, n = cnn_game()
+    budget = 8 * n  # 392 coalitions: sampled (2^49), from 3n (not gp by the static rule)
+    est, details = shapley_values_chosen(game, n, budget=budget, seed=3)
+    assert details is not None and details["measured"]
+    assert details["cost_per_coalition_s"] >= 1e-3, details  # real work: >= 1 ms a pass
+    assert est.estimator == details["chosen"] == "gp", details
+    assert details["predicted_gp_rmse_vs_kernel"] < 1.0
+    assert "equal wall time" in details["reason"]
+    assert details["coalitions"] == est.n_coalitions == budget
+    # the same coalitions and fit as gp by name: only the choice depends on the clock
+    named = shapley_values(game, n, estimator="gp", budget=budget, seed=3)
+    np.testing.assert_allclose(est.values, named.values, rtol=1e-9, atol=1e-12)
+
+
+def test_cheap_mlp_keeps_kernel() -> None:
+    game, n = mlp_game()
+    est, details = shapley_values_chosen(game, n, seed=1)  # default budget 2n + 2048
+    assert details is not None and details["measured"]
+    assert details["cost_per_coalition_s"] < 1e-4, details
+    assert est.estimator == details["chosen"] == "kernel", details
+    assert details["predicted_own_s"]["gp"] > 10 * details["predicted_own_s"]["kernel"]
+    named = shapley_values(game, n, estimator="kernel", seed=1)
+    np.testing.assert_allclose(est.values, named.values, rtol=1e-9, atol=1e-12)
+
+
+def test_forced_static_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(auto.ENV, "0")
+    game, n = cnn_game(side=64, patch=16)  # 16 players
+    est, details = shapley_values_chosen(game, n, budget=8 * n, seed=0)
+    assert est.estimator == "kernel"
+    assert details is not None and details["chosen"] == "kernel" and not details["measured"]
+    assert "AUTO_COST=0" in details["reason"]
+
+
+def test_static_choices_say_why() -> None:
+    game, n = mlp_game(n=8)
+    est, details = shapley_values_chosen(game, n, seed=0)
+    assert est.estimator == "exact" and details is not None and not details["measured"]
+    game, n = mlp_game(n=30)
+    est, details = shapley_values_chosen(game, n, budget=2 * n, seed=0)
+    assert est.estimator == "gp" and details is not None and "3n" in details["reason"]
+    _, by_name = shapley_values_chosen(game, n, estimator="kernel", budget=4 * n, seed=0)
+    assert by_name is None
+
+
+@pytest.mark.parametrize(("cost", "chosen"), [(5e-6, "kernel"), (3e-5, "kernel"), (2e-3, "gp")])
+def test_decide_rule(cost: float, chosen: str) -> None:
+    choice = auto.decide(cost, 2108, 30)
+    assert choice.chosen == chosen, choice.reason
+    # gp's coalitions at equal wall time never exceed the budget and grow with the cost
+    assert 0 <= choice.gp_coalitions_at_equal_time <= 2108
+
+
+def test_decide_deadline_keeps_kernel() -> None:
+    choice = auto.decide(2e-3, 2108, 30, left=0.05)
+    assert choice.chosen == "kernel" and "deadline" in choice.reason
+
+
+def test_own_time_model_monotone_in_coalitions() -> None:
+    for fit in ("kernel", "gp"):
+        times = [auto.own_seconds(fit, m, 32) for m in (64, 256, 1024, 2560)]
+        assert times == sorted(times)
+    assert auto.rmse_ratio(64 * 16, 16) < auto.rmse_ratio(4 * 16, 16) < 1.0
