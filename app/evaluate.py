@@ -1,7 +1,7 @@
 """POST /v2/models/{model}/evaluate, and the `parameters.evaluate` hook of every explain route.
 
 Faithfulness (deletion/insertion AUC, MuFidelity) and stability (max-sensitivity) of
-attributions; the science is explainers/evaluation.py.
+attributions; the science is explainers/trust/evaluation.py.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, PayloadTooLarge,
 from app.inputs import resolve_target, to_array
 from app.schemas import request_model, spec_fields
 from explainers.context import RunContext
-from explainers.evaluation import EvaluateOptions, Metric, evaluate
-from explainers.evaluation import evaluate_result as _evaluate_result
 from explainers.explanation import ExplainResult, Explanation
 from explainers.games import ExplainerError
+from explainers.games.text import text_games
 from explainers.registry import ExplainerSpec
-from explainers.text import text_games
+from explainers.trust.evaluation import EvaluateOptions, Metric, evaluate
+from explainers.trust.evaluation import evaluate_result as _evaluate_result
 from models.base import Model, ModelError, TextModel
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
 """The declaration of a Hugging Face checkpoint registration: an uploaded archive or a `uri`
-folder under MODEL_REPOSITORY (models/hf.py reads and checks it; nothing is stored here)."""
+folder under MODEL_REPOSITORY (models/adapters/hf.py reads and checks it; nothing is stored
+here)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import json
 from pathlib import Path
 
 from app.errors import InvalidInput, PayloadTooLarge
-from models.archive import ArchiveTooLargeError, check_sizes
+from models.adapters.archive import ArchiveTooLargeError, check_sizes
+from models.adapters.checkpoint import archive_checkpoint, folder_checkpoint
+from models.adapters.hf import declare, folder_digest, resolve_uri
 from models.base import ModelError
-from models.checkpoint import archive_checkpoint, folder_checkpoint
 from models.declaration import Declaration
-from models.hf import declare, folder_digest, resolve_uri
 
 
 def _strings(field: str, raw: str | None) -> tuple[str, ...] | None:

@@ -33,8 +33,8 @@ from app.remote_registration import remote_config
 from app.routes import add_explain_routes, router
 from app.service import ExplainService
 from app.settings import Settings
+from models.adapters.remote import configure as configure_remote
 from models.registry import ModelRegistry
-from models.remote import configure as configure_remote
 from models.sandbox import configure_from_settings
 from models.store import ModelStore
 

@@ -1,17 +1,18 @@
 """shap.Explanation arguments of an explain response (`format=shap`): shap's plots
-(text, waterfall, beeswarm) work on them as on shap's own explanations."""
+(text, waterfall, beeswarm) work on them as on shap's own explanations.
+
+`text_tokens` and `feature_row` are the server's side of a rule the client applies to the same
+answers (xai/results.py, installed without the server): tests/test_client.py checks both agree."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from app.schemas import ExplainResponse
-from xai.results import (  # the client's helpers: the same tokens and rows on both sides
-    feature_row,
-    text_tokens,
-)
 
 
 def shap_arguments(answer: ExplainResponse) -> dict[str, Any]:
@@ -81,3 +82,39 @@ def _multi_output(answer: ExplainResponse, names: list[str]) -> dict[str, Any]:
     if all(e.error_std is not None for e in flat):
         args["error_std"] = stacked("error_std")
     return args
+
+
+def text_tokens(text: Any, players: list[dict[str, Any]]) -> list[str]:
+    """Each player's text with the characters up to the next player ('The ', 'food ', ...), as
+    shap's text maskers cut tokens: the tokens join back into the text, spaces and punctuation
+    included (the characters before the first player go with it). Without the text (or with
+    offsets that don't match it), a space wherever the offsets skip characters."""
+    if not players:
+        return []
+    starts = [int(p["start"]) for p in players]
+    ends = [int(p["end"]) for p in players]
+    ordered = all(e <= s for e, s in zip(ends, starts[1:], strict=False))
+    if (
+        isinstance(text, str)
+        and ordered
+        and all(text[p["start"] : p["end"]] == p["text"] for p in players)
+    ):
+        cuts = [0, *starts[1:], len(text)]
+        return [text[a:b] for a, b in itertools.pairwise(cuts)]
+    gaps = [s > e for e, s in zip(ends, starts[1:], strict=False)] + [False]
+    return [p["text"] + (" " if gap else "") for p, gap in zip(players, gaps, strict=True)]
+
+
+def feature_row(data: Any, names: Sequence[str]) -> list[Any] | None:
+    """An instance as sent, in the players' order: a row (flat or nested list) or a
+    {feature: value} object; None when it is not one value per player (texts, image
+    patches, no data)."""
+    if isinstance(data, dict):
+        return [data[n] for n in names] if set(data) == set(names) else None
+    if data is None or isinstance(data, str):
+        return None
+    try:
+        flat = np.ravel(np.asarray(data, dtype=object)).tolist()
+    except ValueError:  # ragged
+        return None
+    return flat if len(flat) == len(names) else None

@@ -12,8 +12,8 @@ import httpcore
 
 from app.errors import InvalidInput
 from app.settings import Settings
-from models.remote import RemoteConfig, configure, seal_headers
-from models.remote_http import HostPolicy, HostRefused, split_credentials
+from models.adapters.remote import RemoteConfig, configure, seal_headers
+from models.adapters.remote_http import HostPolicy, HostRefused, split_credentials
 
 HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 RESERVED = {"host", "content-length", "content-type", "transfer-encoding", "connection"}
@@ -22,7 +22,7 @@ MAX_HEADER_CHARS = 4096
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
-    """The REMOTE_* settings as models/remote.py reads them."""
+    """The REMOTE_* settings as models/adapters/remote.py reads them."""
     return RemoteConfig(
         hosts=settings.remote_model_hosts,
         call_timeout_s=settings.remote_call_timeout_s,

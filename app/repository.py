@@ -18,14 +18,14 @@ from app.hf_registration import hf_declaration
 from app.remote_registration import prepare_remote
 from app.routes import metadata
 from app.schemas import ModelMetadata
-from models.archive import is_gzip, is_tar, zip_names
+from models.adapters.archive import is_gzip, is_tar, zip_names
+from models.adapters.facts import Facts
+from models.adapters.remote import reveal_remote_detail
+from models.adapters.user import FORMATS, Declaration
 from models.base import Model, ModelError
-from models.facts import Facts
-from models.remote import reveal_remote_detail
 from models.sandbox import sandboxed_facts as file_facts  # booster files: read in workers
 from models.sandbox import sandboxed_register as register_model  # worker processes
 from models.store import ModelStore
-from models.user import FORMATS, Declaration
 
 router = APIRouter(tags=["repository"])
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -227,8 +227,8 @@ def _remote_text(
     remote_output: str | None,
     remote_auth: str | None = None,
 ) -> Declaration:
-    """A remote OIP text model: texts go out as a BYTES tensor of strings (models/remote_text.py);
-    the endpoint states nothing, so output_names are declared."""
+    """A remote OIP text model: texts go out as a BYTES tensor of strings
+    (models/adapters/remote_text.py); the endpoint states nothing, so output_names are declared."""
     if shape or features or input_range:
         raise InvalidInput(
             "a remote text model reads strings: leave out input_shape, feature_names and "
@@ -333,7 +333,7 @@ async def register(
     fmt = "remote" if remote_url is not None else "huggingface" if uri is not None else (
         format or sniff_format(files["model"])
     )
-    if fmt == "huggingface" or uri is not None:  # a checkpoint folder: models/hf.py
+    if fmt == "huggingface" or uri is not None:  # a checkpoint folder: models/adapters/hf.py
         if not NAME.match(name):
             raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-'")
         if format not in (None, "huggingface") or background is not None:

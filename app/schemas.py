@@ -119,7 +119,7 @@ def spec_fields(spec: ExplainerSpec) -> tuple[str, ...]:
 @functools.cache
 def parameters_model(spec: ExplainerSpec) -> type[BaseModel]:
     """The explainer's options plus `evaluate`: faithfulness figures attached to the answer."""
-    from explainers.evaluation import EvaluateOptions, Metric
+    from explainers.trust.evaluation import EvaluateOptions, Metric
 
     if "evaluate" in spec.options.model_fields:
         return spec.options

@@ -39,17 +39,17 @@ from app.schemas import (
     spec_fields,
 )
 from app.settings import Settings
-from explainers.budget import ceiling
-from explainers.caveats import with_caveats
 from explainers.context import Artifacts, NotTrainedError, RunContext
-from explainers.evaluation import EvaluateOptions
+from explainers.estimators.budget import ceiling
 from explainers.explanation import ExplainResult, OptionError
 from explainers.games import Cancelled, DeadlineExceeded, ExplainerError, deadline
 from explainers.games.deadlines import any_of, stop_when
 from explainers.registry import ExplainerSpec, get_explainer, unsupported
+from explainers.trust.caveats import with_caveats
+from explainers.trust.evaluation import EvaluateOptions
+from models.adapters.remote import cache_version
 from models.base import Model, ModelError, TextModel
 from models.registry import ModelRegistry
-from models.remote import cache_version
 
 log = logging.getLogger(__name__)
 

@@ -192,7 +192,7 @@ class Settings(BaseSettings):
     @classmethod
     def _hosts_parse(cls, value: str) -> str:
         """REMOTE_MODEL_HOSTS must parse (checked at start, not at the first registration)."""
-        from models.remote_http import HostPolicy
+        from models.adapters.remote_http import HostPolicy
 
         HostPolicy(value)
         return value

@@ -25,8 +25,8 @@ from sklearn.metrics import average_precision_score
 
 from app.settings import Settings
 from explainers.attribot import DEFAULT_TEMPLATE, AttriBoTOptions, attribute
-from explainers.sentences import build_tree
-from models.lm import LanguageModel, shared_language_model
+from explainers.games.sentences import build_tree
+from models.builtin.lm import LanguageModel, shared_language_model
 
 PARAGRAPHS = [
     "Varnholt is a small fishing town on a rocky coast. Its harbour shelters about forty "

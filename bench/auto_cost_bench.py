@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from models.builtin import dataset_split  # noqa: E402
+from models.builtin.trained import dataset_split  # noqa: E402
 
 SENTENCE = (
     "The service was slow and the soup arrived cold, but the staff apologised, the dessert was "

@@ -6,7 +6,7 @@ Transformers" (ICLR 2025). Side networks are trained here, one per configuration
 (default: "fixed", the earlier design, 24 kernel pairs per sentence drawn once; "resampled", the
 default: 2 pairs per sentence drawn afresh every epoch), same seed, same sentences.
 
-Sets (explainers/autognothi_corpus.py):
+Sets (explainers/amortized/autognothi/corpus.py):
 - `check` (held out, never used in design): CHECK_TEMPLATES over CHECK_SUBJECTS with the
   lexicon's held-out words, at most 10 words; ground truth exact Shapley values (all 2^n
   coalitions, `shapley` estimator "exact": the service's text game, words deleted) of the
@@ -16,7 +16,7 @@ Sets (explainers/autognothi_corpus.py):
   (paired sampling), whose own error is its error_std and, on `--reference-twice` reviews, the
   RMSE between two seeds.
 - `validation` and `design-check`: the sets the training templates and defaults were designed
-  on (generated sentences of the training templates with held-out words; models/text.py
+  on (generated sentences of the training templates with held-out words; models/builtin/text.py
   CHECK_SET), so not independent checks: reported apart.
 
 Errors: Pearson over every word of every sentence (pooled), the mean per-sentence Pearson, RMSE
@@ -39,13 +39,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from explainers import autognothi, autognothi_corpus, autognothi_net, autognothi_train
+from explainers.amortized.autognothi import corpus as autognothi_corpus
+from explainers.amortized.autognothi import explainer as autognothi
+from explainers.amortized.autognothi import net as autognothi_net
+from explainers.amortized.autognothi import train as autognothi_train
 from explainers.estimators import kernel
 from explainers.games.text import word_spans
-from explainers.shapley import ShapleyOptions
-from explainers.shapley import explain as shapley_explain
+from explainers.shapley.explainer import ShapleyOptions
+from explainers.shapley.explainer import explain as shapley_explain
 from models.base import TextModel, weights_hash
-from models.text import CHECK_SET, load_sentiment_minilm
+from models.builtin.text import CHECK_SET, load_sentiment_minilm
 
 CONFIGS = {"fixed": {"pairs": 24, "resample": False}, "resampled": {}}
 

@@ -5,10 +5,10 @@ Transformers" (ICLR 2025), here on a CNN's feature maps (a library experiment). 
 all: the classifier's probabilities with absent 2x2 patches zeroed (`shapley`'s image game;
 Salvage with `surrogate_epochs = 0`, squared objective, kernel sampler: FastSHAP on the
 classifier). AutoGnothi's side network reads the frozen classifier's feature maps
-(explainers/autognothi_image.py); Salvage's explainer reads the image. Same epochs, coalition
-pairs and training images. Ground truth: exact Shapley values (2^16 coalitions) of the predicted
-class on test images. Pearson pooled over every patch of every image, mean per-image Pearson,
-relative L2 error (mean over images), time per image one at a time, one torch thread.
+(explainers/amortized/autognothi/image.py); Salvage's explainer reads the image. Same epochs,
+coalition pairs and training images. Ground truth: exact Shapley values (2^16 coalitions) of the
+predicted class on test images. Pearson pooled over every patch of every image, mean per-image
+Pearson, relative L2 error (mean over images), time per image one at a time, one torch thread.
 
     .venv/bin/python -m bench.autognothi_digits [--images 25] [--epochs 40]
 """
@@ -24,11 +24,13 @@ import numpy as np
 import torch
 
 from app.settings import Settings
-from explainers import autognothi_image, salvage, salvage_inference
-from explainers.autognothi_train import pearson
-from explainers.shapley import shapley_values
+from explainers.amortized.autognothi import image as autognothi_image
+from explainers.amortized.autognothi.train import pearson
+from explainers.amortized.salvage import inference as salvage_inference
+from explainers.amortized.salvage import train as salvage
+from explainers.shapley.explainer import shapley_values
 from models.base import weights_hash
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin.trained import dataset_split, load_digits_cnn
 
 
 def scores(ours: list[np.ndarray], truth: list[np.ndarray]) -> dict[str, float]:

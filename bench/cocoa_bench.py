@@ -39,8 +39,8 @@ torch.set_num_threads(1)
 
 from app.settings import Settings  # noqa: E402
 from explainers import cocoa  # noqa: E402
-from models.builtin import dataset_split, load_digits_cnn  # noqa: E402
-from models.encoders import load_digits_encoder  # noqa: E402
+from models.builtin.encoders import load_digits_encoder  # noqa: E402
+from models.builtin.trained import dataset_split, load_digits_cnn  # noqa: E402
 
 SEED = 123  # the paper's default seed
 

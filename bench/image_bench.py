@@ -17,8 +17,8 @@ image `images(1, 3, 224, seed=0)`, the predicted class explained.
   a measure of how far each answer is from converged under its own game, not from each other.
 - memory: the rise of VmHWM over the resident size before each run (/proc/self/clear_refs
   reset between runs; tracemalloc does not see torch).
-- integrated gradients: explainers/gradients.py against captum.attr.IntegratedGradients, zero
-  baseline, 50 Gauss-Legendre steps, the class probability.
+- integrated gradients: explainers/gradients/integrated.py against captum.attr.IntegratedGradients,
+  zero baseline, 50 Gauss-Legendre steps, the class probability.
 
     .venv/bin/python bench/image_bench.py --quick   # width 4, references 3x / 4096: ~4-5 min
     .venv/bin/python bench/image_bench.py           # width 16, references 8x / 16384 (kernel)
@@ -41,8 +41,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from explainers import gradients, shapley
 from explainers.games.masked import patch_groups
+from explainers.gradients import integrated as gradients
+from explainers.shapley import explainer as shapley
 from models.base import Model
 from models.device import place
 from tests import image_models as im
@@ -154,7 +155,7 @@ def relative(a: np.ndarray, ref: np.ndarray) -> float:
 
 
 def ig_case(model: Model, counted: Counted, x: np.ndarray, cls: int, steps: int, who: str) -> Any:
-    """One integrated-gradients run: ours (explainers/gradients.py) or captum's."""
+    """One integrated-gradients run: ours (explainers/gradients/integrated.py) or captum's."""
     if who == "ours":
         options = gradients.IntegratedGradientsOptions(baseline="zero", steps=steps)
         res = gradients.explain(model, x[None], options=options, target=cls)

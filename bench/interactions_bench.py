@@ -63,8 +63,8 @@ from bench.shapley_bench import (  # noqa: E402  (also limits torch/BLAS to one 
 )
 from explainers import interaction_values, shapley_values  # noqa: E402
 from explainers.games import GameRecorder, all_masks  # noqa: E402
-from explainers.maskers import MaskedModelGame, patch_groups  # noqa: E402
-from models.builtin import dataset_split  # noqa: E402
+from explainers.games.masked import MaskedModelGame, patch_groups  # noqa: E402
+from models.builtin.trained import dataset_split  # noqa: E402
 from models.registry import ModelRegistry  # noqa: E402
 
 warnings.filterwarnings("ignore", module="shapiq")

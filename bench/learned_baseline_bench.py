@@ -15,8 +15,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.settings import Settings
-from explainers.learned_baseline import learn_baseline, low_order_objective
-from models.builtin import dataset_split
+from explainers.gradients.learned_baseline import learn_baseline, low_order_objective
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from app.settings import Settings
 from explainers import shapley_values
-from explainers.maskers import MaskedModelGame
+from explainers.games.masked import MaskedModelGame
 from models.registry import ModelRegistry
 
 OUTPUT = 1

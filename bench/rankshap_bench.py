@@ -49,10 +49,10 @@ from explainers.rankshap import (  # noqa: E402
     choose_players,
     fidelity,
 )
-from explainers.shapley import shapley_values  # noqa: E402
+from explainers.shapley.explainer import shapley_values  # noqa: E402
 from models.base import RankerModel  # noqa: E402
-from models.encoders import descr_paragraphs  # noqa: E402
-from models.rankers import load_bm25, load_minilm_ranker  # noqa: E402
+from models.builtin.encoders import descr_paragraphs  # noqa: E402
+from models.builtin.rankers import load_bm25, load_minilm_ranker  # noqa: E402
 
 N_CANDIDATES = 10
 EXACT_UP_TO = 10

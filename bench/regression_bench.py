@@ -102,7 +102,7 @@ def tanh_cases(count: int) -> list[Case]:
 def digits_cases(count: int, patch: int) -> list[Case]:
     """digits-cnn, zero baseline, patches as players, the predicted class; exact values."""
     from app.settings import Settings
-    from models.builtin import dataset_split
+    from models.builtin.trained import dataset_split
     from models.registry import ModelRegistry
 
     model = ModelRegistry(Settings().model_dir).get("digits-cnn")
@@ -129,7 +129,7 @@ def breast_cases(count: int) -> list[Case]:
     our permutation at 2^16 coalitions each (shapley_bench's reference, cached there)."""
     from app.settings import Settings
     from bench.shapley_bench import SAMPLED_BG, SAMPLED_TARGET, reference_values
-    from models.builtin import dataset_split
+    from models.builtin.trained import dataset_split
     from models.registry import ModelRegistry
 
     model = ModelRegistry(Settings().model_dir).get("breast-cancer-mlp")

@@ -28,11 +28,12 @@ import numpy as np
 import torch
 
 from app.settings import Settings
-from explainers import salvage, salvage_inference
-from explainers.maskers import patch_groups
-from explainers.shapley import shapley_values
+from explainers.amortized.salvage import inference as salvage_inference
+from explainers.amortized.salvage import train as salvage
+from explainers.games.masked import patch_groups
+from explainers.shapley.explainer import shapley_values
 from models.base import Model
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin.trained import dataset_split, load_digits_cnn
 
 N = 16
 BUDGETS = (64, 128, 256, 512, 1024)

@@ -20,9 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from models.adapters.user import register
 from models.declaration import Declaration
 from models.sandbox import sandboxed_register
-from models.user import register
 
 N_FEATURES = 32
 

@@ -51,8 +51,8 @@ import shapiq  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from explainers import shapley_values  # noqa: E402
 from explainers.games import all_masks  # noqa: E402
-from explainers.maskers import MaskedModelGame  # noqa: E402
-from models.builtin import dataset_split  # noqa: E402
+from explainers.games.masked import MaskedModelGame  # noqa: E402
+from models.builtin.trained import dataset_split  # noqa: E402
 from models.registry import ModelRegistry  # noqa: E402
 
 warnings.filterwarnings("ignore", module="shapiq")

@@ -17,9 +17,9 @@ baseline. For every subset:
   the SST model learnt to read?).
 
 Time per explanation: own subset = one mask-head pass (plus one forward pass to verify); search =
-`explainers.sufficient.explain` per image (greedy, Shapley order, default budget; `--exact`
-adds the exact search over all 2^16 coalitions, the minimum size). `--seeds K` also retrains
-both designs at seeds 1..K (not cached) and reports each seed's accuracy, mean size,
+`explainers.sufficient.explainer.explain` per image (greedy, Shapley order, default budget;
+`--exact` adds the exact search over all 2^16 coalitions, the minimum size). `--seeds K` also
+retrains both designs at seeds 1..K (not cached) and reports each seed's accuracy, mean size,
 faithfulness and training time: the spread a seed gives.
 
     .venv/bin/python bench/sst_bench.py [--n 30] [--exact] [--seeds 0]
@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 def _keeps(model: Any, x: np.ndarray, subset: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """bool [m]: the model keeps `classes` on x with the patches outside subset zeroed."""
-    from models.sst import subset_input
+    from models.builtin.sst import subset_input
 
     return np.argmax(model.predict(subset_input(x, subset)), axis=1) == classes
 
@@ -52,7 +52,7 @@ def _precision(model: Any, x: np.ndarray, subset: np.ndarray, classes: np.ndarra
     """float [m]: share of background rows that, filling the absent patches, keep the class."""
     import torch
 
-    from models.sst import pixel_mask
+    from models.builtin.sst import pixel_mask
 
     refs = np.asarray(model.background, np.float32)  # [r, 1, 8, 8]
     out = np.empty(len(x))
@@ -67,7 +67,7 @@ def _search(
     model: Any, xs: np.ndarray, search: Literal["greedy", "exact"]
 ) -> tuple[np.ndarray, float, int]:
     """(subsets bool [m, 16], seconds per image, model rows) of the post-hoc search."""
-    from explainers.sufficient import SufficientOptions, explain
+    from explainers.sufficient.explainer import SufficientOptions, explain
 
     subsets = np.zeros((len(xs), 16), bool)
     rows = 0
@@ -99,8 +99,8 @@ def _row(model: Any, xs: np.ndarray, subsets: np.ndarray, per_s: float) -> dict[
 
 def _seeds(k: int) -> dict[str, Any]:
     """Both designs retrained at seeds 1..k (the built-ins are seed 0): test-split figures."""
-    from models.datasets import split_dataset
-    from models.sst import TWIN, SSTConfig, train_sst
+    from models.builtin.datasets import split_dataset
+    from models.builtin.sst import TWIN, SSTConfig, train_sst
 
     out: dict[str, Any] = {}
     for base in (SSTConfig(), TWIN):
@@ -129,8 +129,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from app.settings import Settings
-    from models.builtin import dataset_split, load_digits_cnn
-    from models.sst import load_digits_sst, load_digits_sst_twin, own_subset
+    from models.builtin.sst import load_digits_sst, load_digits_sst_twin, own_subset
+    from models.builtin.trained import dataset_split, load_digits_cnn
 
     cache = Settings().model_dir
     cnn = load_digits_cnn(cache)

@@ -156,10 +156,10 @@ def _keeps(
 
 def run_model(name: str, n: int, anchors: bool, out: dict[str, Any]) -> None:
     from app.settings import Settings
-    from explainers.maskers import patch_groups
-    from explainers.shapley import MaskerOptions
-    from explainers.sufficient import SufficientOptions, explain
-    from models.builtin import dataset_split, load_builtin
+    from explainers.games.masked import patch_groups
+    from explainers.shapley.explainer import MaskerOptions
+    from explainers.sufficient.explainer import SufficientOptions, explain
+    from models.builtin.trained import dataset_split, load_builtin
 
     model = load_builtin(name, Settings().model_dir)
     split = dataset_split(name)

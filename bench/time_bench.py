@@ -60,7 +60,7 @@ def start(root: Path, **env: str) -> tuple[str, subprocess.Popen[bytes]]:
 
 def digit(root: Path) -> list[object]:
     sys.path.insert(0, str(root))
-    from models.builtin import dataset_split
+    from models.builtin.trained import dataset_split
 
     return dataset_split("digits-cnn").x_test[0].tolist()
 

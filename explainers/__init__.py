@@ -4,7 +4,7 @@ One result type: `Estimate` (values, interactions, provenance) for Shapley value
 interaction indices alike (`InteractionResult` and `ShapleyResult` are its older names).
 
 Names load on first use (PEP 562), so `import explainers.games` or `explainers.estimators`
-does not import torch (explainers.shapley imports models.base).
+does not import torch (explainers.shapley.explainer imports models.base).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from explainers.estimators.base import Estimate
     from explainers.estimators.registry import shapley_values
     from explainers.games import BudgetError, ExplainerError, GameRecorder
-    from explainers.interactions import interaction_values
+    from explainers.shapley.interactions import interaction_values
 
     InteractionResult = Estimate
     ShapleyResult = Estimate
@@ -28,7 +28,7 @@ _WHERE = {
     "GameRecorder": "explainers.games",
     "InteractionResult": "explainers.estimators.base:Estimate",
     "ShapleyResult": "explainers.estimators.base:Estimate",
-    "interaction_values": "explainers.interactions",
+    "interaction_values": "explainers.shapley.interactions",
     "shapley_values": "explainers.estimators.registry",
 }
 

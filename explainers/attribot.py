@@ -21,14 +21,14 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from explainers import caveats
 from explainers.estimators import loo, surrogate
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import BudgetError, GameRecorder
 from explainers.games.deadlines import check_deadline
+from explainers.games.sentences import build_tree
 from explainers.games.spans import PLACEHOLDER, Prompting, SpanGame, SpanMaskGame
 from explainers.options import ExplainerOptions
-from explainers.sentences import build_tree
+from explainers.trust import caveats
 from models.lm_protocol import LanguageModelProtocol as LanguageModel
 
 VERSION = "2"  # 2: ContextCite pays a repeated ablation once; the echo drops what did not apply
@@ -333,7 +333,7 @@ def explain(
     response: str | None = None,
 ) -> ExplainResult:
     """The registry entry: one AttriBoT explanation of a `lm` model's response."""
-    from models import lm as built_in  # torch: only when a language model is explained
+    from models.builtin import lm as built_in  # torch: only when a language model is explained
 
     del inputs, background
     if not isinstance(model, built_in.LanguageModel):

@@ -5,8 +5,8 @@ The explained scalar of an explicand x is its contrastive corpus similarity
 s(x) = mean_c sim(f(x), f(c)) - mean_o sim(f(x), f(o)) over a corpus C and a foil F, computed as
 f(x) . (mu_C - mu_F) with mu the mean (unit-normalised for cosine) corpus and foil embeddings.
 Any attribution method applies to s: Shapley values of patches or words through our estimators,
-or integrated gradients (Sundararajan et al. 2017; explainers/gradients.py, tested equal to
-captum's) for differentiable encoders.
+or integrated gradients (Sundararajan et al. 2017; explainers/gradients/integrated.py, tested equal
+to captum's) for differentiable encoders.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from explainers.budget import default_budget
 from explainers.context import KeyValueStore, RunContext
+from explainers.estimators.budget import default_budget
 from explainers.estimators.registry import (
     EstimatorChoice,
     SamplerName,
@@ -38,7 +38,7 @@ from explainers.games.targets import Similarity as Target
 from explainers.games.targets import unit as _unit
 from explainers.games.text import TextGame, token_spans, word_spans
 from explainers.options import ExplainerOptions
-from explainers.shapley_runs import pick
+from explainers.shapley.runs import pick
 from models.base import Model, TextModel
 
 VERSION = "2"  # 2: one blur for every explainer (edges repeated; images only)
@@ -207,10 +207,10 @@ def _baseline(model: Model, x: np.ndarray, options: CocoaOptions) -> np.ndarray:
 def _integrated_gradients(
     model: Model, x: np.ndarray, baseline: np.ndarray, target: Target, steps: int
 ) -> np.ndarray:
-    """IG of target(f(.)) from baseline to x per input feature (explainers/gradients.py,
+    """IG of target(f(.)) from baseline to x per input feature (explainers/gradients/integrated.py,
     Gauss-Legendre as captum's default). Inputs move to the model's device (a no-op on the
     CPU); gradients flow back to them through the move. float64 [n_features]"""
-    from explainers.gradients import backward_rows, integrated_gradients
+    from explainers.gradients.integrated import backward_rows, integrated_gradients
 
     module, device = model.torch_module(), model.device
 

@@ -49,8 +49,9 @@ class Explanation:
     details: dict[str, Any] | None = None  # explainer-specific outputs (JSON-ready)
     partial: bool = False  # an anytime estimate cut short by the deadline
     output_name: str | None = None  # the explained scalar when it is not one of the model's outputs
-    warnings: tuple[Caveat, ...] = ()  # explainer-specific caveats (explainers/caveats.py adds
-    # the generic ones: noisy_estimate, flat_game, input_out_of_range)
+    # explainer-specific caveats (explainers/trust/caveats.py adds the generic ones:
+    # noisy_estimate, flat_game, input_out_of_range)
+    warnings: tuple[Caveat, ...] = ()
 
     @property
     def approximation_error(self) -> float:

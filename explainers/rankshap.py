@@ -6,7 +6,7 @@ descriptions reconstruct it (METHODS.md section 4): players are terms, an absent
 (or masked) everywhere it occurs, graded relevance comes from the model's own original ranking,
 and Fidelity is Kendall's tau between the ranking and the explanation-implied one.
 Every answer reports v(all) - v(none), the NDCG the players account for: a `flat_game` warning
-by the generic rule on NDCG's own scale (explainers/caveats.py: FLAT_RATIO of 1), and no
+by the generic rule on NDCG's own scale (explainers/trust/caveats.py: FLAT_RATIO of 1), and no
 Fidelity when it is below `fidelity_min_range`, where the values are near zero and their
 ranking is noise.
 """
@@ -23,8 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from explainers import caveats
-from explainers.budget import default_budget
+from explainers.estimators.budget import default_budget
 from explainers.estimators.registry import (
     EstimatorChoice,
     SamplerName,
@@ -36,6 +35,7 @@ from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.games.deadlines import check_deadline
 from explainers.options import ExplainerOptions
+from explainers.trust import caveats
 from models.base import Model, RankerModel
 
 VERSION = "2"  # 2: players="query" no longer echoes max_players (it does not apply)

@@ -9,21 +9,17 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from explainers import (
-    attribot,
-    autognothi,
-    cocoa,
-    gradients,
-    rankshap,
-    salvage_store,
-    shapley,
-    sufficient,
-    uni,
-)
+from explainers import attribot, cocoa, rankshap
+from explainers.amortized.autognothi import explainer as autognothi
+from explainers.amortized.salvage import explainer as salvage
 from explainers.context import LEARNED_BASELINE, Pin, RunContext
 from explainers.explanation import ExplainResult, OptionError
 from explainers.games import ExplainerError
-from explainers.text_gradients import hook_of
+from explainers.gradients import integrated as gradients
+from explainers.gradients import uni
+from explainers.gradients.integrated_text import hook_of
+from explainers.shapley import explainer as shapley
+from explainers.sufficient import explainer as sufficient
 from models.base import Model
 
 
@@ -179,16 +175,16 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ),
     ExplainerSpec(
         "salvage",
-        salvage_store.VERSION,
+        salvage.VERSION,
         ("image",),
-        salvage_store.SalvageOptions,
-        salvage_store.explain,
+        salvage.SalvageOptions,
+        salvage.explain,
         "Salvage: a trained explainer network gives Shapley values of image patches in one "
         "forward pass (train it with a train-salvage job)",
         "Naouar et al., ICLR 2025; Covert, Kim & Lee, ICLR 2023; Jethani et al., ICLR 2022",
         needs=("differentiable", "classifier"),
         uses_context=True,
-        pin=salvage_store.PIN,
+        pin=salvage.PIN,
         train_job="train-salvage",
     ),
     ExplainerSpec(

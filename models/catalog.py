@@ -1,9 +1,9 @@
 """The catalog of built-in models: one line per model (name, modality, loader), nothing else.
 
-Each family's loader lives with its family: the trained MLP/CNN family in models/builtin.py, the
-text classifier in models/text.py, encoders in models/encoders.py, rankers in models/rankers.py,
-causal LMs in models/lm.py. Only this module imports them all, so the families never import
-each other through the catalog.
+Each family's loader lives with its family: the trained MLP/CNN family in models/builtin/trained.py,
+the text classifier in models/builtin/text.py, encoders in models/builtin/encoders.py, rankers in
+models/builtin/rankers.py, causal LMs in models/builtin/lm.py. Only this module imports them all, so
+the families never import each other through the catalog.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.base import Model
-from models.builtin import load_breast_cancer_mlp, load_diabetes_mlp, load_digits_cnn
-from models.encoders import load_digits_encoder, load_minilm_encoder
-from models.lm import shared_language_model
-from models.rankers import load_bm25, load_minilm_ranker
-from models.sst import load_digits_sst, load_digits_sst_twin
-from models.text import load_sentiment_minilm
+from models.builtin.encoders import load_digits_encoder, load_minilm_encoder
+from models.builtin.lm import shared_language_model
+from models.builtin.rankers import load_bm25, load_minilm_ranker
+from models.builtin.sst import load_digits_sst, load_digits_sst_twin
+from models.builtin.text import load_sentiment_minilm
+from models.builtin.trained import load_breast_cancer_mlp, load_diabetes_mlp, load_digits_cnn
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,12 @@ class BuiltinModel:
 
 
 def load_gemma3_270m(cache_dir: Path) -> Model:
-    """Gemma 3 270M (pretrained) causal LM: AttriBoT's target (models/lm.py)."""
+    """Gemma 3 270M (pretrained) causal LM: AttriBoT's target (models/builtin/lm.py)."""
     return shared_language_model("gemma3-270m", cache_dir)
 
 
 def load_smollm2_135m(cache_dir: Path) -> Model:
-    """SmolLM2 135M Instruct causal LM: AttriBoT's proxy (models/lm.py)."""
+    """SmolLM2 135M Instruct causal LM: AttriBoT's proxy (models/builtin/lm.py)."""
     return shared_language_model("smollm2-135m", cache_dir)
 
 

@@ -30,9 +30,9 @@ class Declaration:
     remote_url: str | None = None
     remote_output: str | None = None
     uri: str | None = None  # huggingface: a checkpoint folder under MODEL_REPOSITORY (absolute)
-    uri_digest: str | None = None  # its content hash when registered (models/hf.py)
-    # remote: sealed credentials (models/remote.py seal_headers), apart from remote_url; kept in
-    # the stored meta, never in an answer or a repr
+    uri_digest: str | None = None  # its content hash when registered (models/adapters/hf.py)
+    # remote: sealed credentials (models/adapters/remote.py seal_headers), apart from remote_url;
+    # kept in the stored meta, never in an answer or a repr
     remote_auth: str | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:

@@ -11,8 +11,8 @@ import numpy as np
 class LanguageModelProtocol(Protocol):
     """A causal LM by token ids: summed response log-likelihoods, greedy generation.
 
-    models.lm.LanguageModel implements it; tests may pass a small fake. `prefix` is the
-    implementation's own key/value cache (models.lm.PrefixCache), returned by `full_pass`.
+    models.builtin.lm.LanguageModel implements it; tests may pass a small fake. `prefix` is the
+    implementation's own key/value cache (models.builtin.lm.PrefixCache), returned by `full_pass`.
     """
 
     @property

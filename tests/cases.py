@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 
 QUERY = "solar electricity"
 DOCS = [

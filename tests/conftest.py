@@ -215,6 +215,6 @@ def one_torch_thread() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def text_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """sentiment-minilm, loaded once for every text test."""
-    from models.text import load_sentiment_minilm
+    from models.builtin.text import load_sentiment_minilm
 
     return load_sentiment_minilm(tmp_path_factory.mktemp("text"))

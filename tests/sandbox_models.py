@@ -3,8 +3,8 @@
 Each is a real file of its format: TorchScript modules that write or read host files, spin or
 allocate far past the worker's memory, and booster files that crash their library natively
 (an XGBoost split index past the features on a branch the registration's test pass does not
-reach; a truncated LightGBM file). The upload checks (models/torchscript_check.py,
-models/booster_check.py) refuse most of them; the sandbox tests let them through
+reach; a truncated LightGBM file). The upload checks (models/adapters/torchscript_check.py,
+models/adapters/booster_check.py) refuse most of them; the sandbox tests let them through
 (SandboxConfig.skip_file_checks) to show that the sandbox holds without the checks.
 """
 

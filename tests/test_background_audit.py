@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from explainers import shapley_values
-from explainers.audit import TESTS_PER_OUTPUT, audit_outputs, holm
 from explainers.explanation import OptionError
-from explainers.maskers import MaskedModelGame
-from explainers.shapley import ShapleyOptions, explain
+from explainers.games.masked import MaskedModelGame
+from explainers.shapley.explainer import ShapleyOptions, explain
+from explainers.trust.audit import TESTS_PER_OUTPUT, audit_outputs, holm
 from models.base import Model
 from models.registry import ModelRegistry
 

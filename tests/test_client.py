@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -279,6 +280,27 @@ def test_text_tokens_keep_every_character() -> None:
     assert text_tokens(None, players) == ["The ", "food ", "Really"]
     assert text_tokens("other text", players) == ["The ", "food ", "Really"]
     assert text_tokens(TEXT, []) == []
+
+
+@pytest.mark.parametrize(
+    "players",
+    [
+        [{"text": "The", "start": 1, "end": 4}, {"text": "Really", "start": 27, "end": 33}],
+        [{"text": "food", "start": 5, "end": 9}, {"text": "The", "start": 1, "end": 4}],
+        [],
+    ],
+)
+def test_server_and_client_cut_the_same_tokens_and_rows(players: list[dict[str, Any]]) -> None:
+    """format=shap (app/plot_shap.py) and to_shap() (xai/results.py, installed without the
+    server) apply one rule to the same answers."""
+    from app import plot_shap
+    from xai import results
+
+    for text in (TEXT, None, "other text"):
+        assert plot_shap.text_tokens(text, players) == results.text_tokens(text, players)
+    names = ["a", "b", "c"]
+    for data in ([1, 2, 3], [[1, 2], [3]], {"a": 1, "b": 2, "c": 3}, {"a": 1}, "text", None):
+        assert plot_shap.feature_row(data, names) == results.feature_row(data, names)
 
 
 def test_shap_round_trip_of_text(app_client: TestClient) -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import torch
 
-from models.builtin import TrainConfig, _spec
+from models.builtin.trained import TrainConfig, _spec
 from models.catalog import BUILTINS
 from models.registry import ModelRegistry
 from tests.conftest import RedisServer, running_server

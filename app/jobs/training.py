@@ -15,13 +15,13 @@ from app.inputs import to_array
 from app.jobs.context import JobContext, cancelled, store_results
 from app.jobs.store import Job, JobStore
 from app.service import ExplainService
+from explainers.amortized.salvage.train import SalvageTrainOptions
 from explainers.explanation import OptionError
-from explainers.salvage import SalvageTrainOptions
 from models.base import Model
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
-    from explainers.salvage_store import ArtifactInfo
+    from explainers.amortized.store import ArtifactInfo
 
 
 class LearnBaselineOptions(BaseModel):
@@ -135,7 +135,7 @@ def run_learn_baseline(ctx: JobContext, job: Job, todo: list[int]) -> None:
         return
     import torch
 
-    from explainers.learned_baseline import learn_baseline, low_order_objective
+    from explainers.gradients.learned_baseline import learn_baseline, low_order_objective
 
     model = ctx.service.model(job.model)
     opts = job.request["parameters"]
@@ -242,8 +242,8 @@ def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
     for this model version is reused (training is seeded)."""
     if not todo:
         return
-    from explainers import salvage
-    from explainers.salvage_store import SalvageStore
+    from explainers.amortized.salvage import train as salvage
+    from explainers.amortized.salvage.explainer import SalvageStore
 
     model = ctx.service.model(job.model)
     opts = salvage.SalvageTrainOptions(**job.request["parameters"])
@@ -270,7 +270,7 @@ def summarise_salvage(store: JobStore, job: Job) -> dict[str, Any]:
 def validate_autognothi(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
     """A BERT-encoder text classifier (else 400 unsupported_model), AutoGnothi's training
     options (422) and, if sent, at least 2 training sentences (400 invalid_input)."""
-    from explainers import autognothi
+    from explainers.amortized.autognothi import explainer as autognothi
 
     def trainable(model: Model) -> None:
         try:
@@ -291,7 +291,7 @@ def validate_autognothi(svc: ExplainService, body: JobRequest) -> dict[str, Any]
 
 def autognothi_total(body: JobRequest) -> int:
     """The targets' record, one per epoch, then the artifact."""
-    from explainers import autognothi
+    from explainers.amortized.autognothi import explainer as autognothi
 
     return autognothi.AutoGnothiTrainOptions(**body.parameters).epochs + 2
 
@@ -302,7 +302,7 @@ def run_train_autognothi(ctx: JobContext, job: Job, todo: list[int]) -> None:
     configuration was trained for this model version: training is seeded)."""
     if not todo:
         return
-    from explainers import autognothi
+    from explainers.amortized.autognothi import explainer as autognothi
 
     model = autognothi.check_model(ctx.service.model(job.model))
     opts = autognothi.AutoGnothiTrainOptions(**job.request["parameters"])

@@ -5,6 +5,7 @@ type, `Estimate` (`base.py`): values, interaction terms where an index has them,
 `registry.py`: the Shapley-value estimators by name, `choose_estimator` and `shapley_values`;
 `exact.py` (and `exact.fits`, the one "exact when 2^n fits" rule), `permutation.py`,
 `kernel.py` (and the Shapley-kernel size distribution), `rounds.py` (precision targets),
+`mobius.py` (subset transforms), `budget.py` (default budgets, rows per call),
 `tree.py`, `loo.py` (leave-one-out, hierarchical and proxy-pruned, for removal games),
 `surrogate.py` (ContextCite's sampled Lasso surrogate), `api_chain.py` (sampled API).
 No torch at import.
@@ -12,23 +13,7 @@ No torch at import.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from explainers.estimators.base import Estimate
-
-if TYPE_CHECKING:
-    from explainers.estimators.registry import ESTIMATORS, choose_estimator, shapley_values
-
-_FROM_REGISTRY = ("ESTIMATORS", "choose_estimator", "shapley_values")
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy: explainers.budget imports estimators.exact, and the registry imports budget.
-    if name in _FROM_REGISTRY:
-        from explainers.estimators import registry
-
-        return getattr(registry, name)
-    raise AttributeError(f"module 'explainers.estimators' has no attribute {name!r}")
-
+from explainers.estimators.registry import ESTIMATORS, choose_estimator, shapley_values
 
 __all__ = ["ESTIMATORS", "Estimate", "choose_estimator", "shapley_values"]

@@ -1,6 +1,7 @@
 """Monte-Carlo chain API: aggregated positive interactions over sampled permutations.
 
-Chang, Lee & Choi (ICLR 2025); the chain rule and its exact form: explainers/api_allocation.py.
+Chang, Lee & Choi (ICLR 2025); the chain rule and its exact form:
+explainers/shapley/api_allocation.py.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class Estimate:
     """Attributions of one game with provenance.
 
     values [n] or [n, k]; base_value = v(empty) and full_value = v(all), [] or [k].
-    Interaction indices (Grabisch & Roubens 1999 and successors, explainers/interactions.py)
+    Interaction indices (Grabisch & Roubens 1999 and successors, explainers/shapley/interactions.py)
     explain one output (`output`): values [n] are the first-order terms, `interactions` maps
     each player tuple of order 1..max_order to its term, and base_value is v(empty) (FBII: its
     empty-set term). A surrogate's base_value is its intercept.

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from explainers.estimators.base import Estimate
+from explainers.estimators.mobius import mobius_transform, shapley_from_mobius
 from explainers.games import GameRecorder, all_masks
-from explainers.mobius import mobius_transform, shapley_from_mobius
 
 MAX_PLAYERS = 20
 CHUNK = 1 << 14  # coalitions per game call; the game chunks model rows itself

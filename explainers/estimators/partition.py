@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from explainers.estimators.base import Estimate, Target
+from explainers.estimators.mobius import mobius_transform, shapley_from_mobius
 from explainers.estimators.rounds import Slicer
 from explainers.explanation import Caveat, OptionError
 from explainers.games import BudgetError, DeadlineExceeded, GameRecorder
 from explainers.games.hierarchy import Hierarchy, as_hierarchy
-from explainers.mobius import mobius_transform, shapley_from_mobius
 
 MAX_WIDTH = 16  # children of one node: a visit evaluates 2^k coalitions
 ROUND_MIN = 64  # truncated: coalitions of a round, at least (else a quarter of what is left)

@@ -12,7 +12,6 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from explainers.budget import default_budget
 from explainers.estimators import (
     auto,
     exact,
@@ -25,6 +24,7 @@ from explainers.estimators import (
     rounds,
 )
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
+from explainers.estimators.budget import default_budget
 from explainers.explanation import Caveat, OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from explainers.explanation import OptionError
-from explainers.sentences import ContextTree
+from explainers.games.sentences import ContextTree
 from models.lm_protocol import LanguageModelProtocol as LanguageModel
 
 PLACEHOLDER = re.compile(r"\{(context|query)\}")

@@ -71,8 +71,8 @@ def _in_worker(
     check: bool,
     max_batch_bytes: int,
 ) -> Model:
+    from models.adapters.user import load_background
     from models.sandbox.proxy import proxy_model
-    from models.user import load_background
 
     group = WorkerGroup(meta, files.get("model", b""), max_batch_bytes, current_config())
     spec, arrays = group.build(check)
@@ -97,10 +97,10 @@ def _strings(value: Any, what: str) -> tuple[str, ...] | None:
 
 
 def sandboxed_facts(fmt: str, data: bytes) -> Facts:
-    """models.facts.file_facts, read in a worker for the sandboxed formats that load the file
-    to read it (XGBoost's own loader, onnx's parser); LightGBM's header and TorchScript (which
+    """models.adapters.facts.file_facts, read in a worker for the sandboxed formats that load the
+    file to read it (XGBoost's own loader, onnx's parser); LightGBM's header and TorchScript (which
     states nothing) are read here without loading anything."""
-    from models.facts import file_facts
+    from models.adapters.facts import file_facts
 
     if not sandboxed(fmt) or fmt not in ("xgboost", "onnx"):
         return file_facts(fmt, data)
@@ -125,8 +125,8 @@ def sandboxed_facts(fmt: str, data: bytes) -> Facts:
 
 
 def sandboxed_build(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
-    """models.user.build_model, in a worker for the sandboxed formats."""
-    from models.user import build_model, content_version
+    """models.adapters.user.build_model, in a worker for the sandboxed formats."""
+    from models.adapters.user import build_model, content_version
 
     decl = Declaration.from_dict(meta)
     if not sandboxed(decl.format):
@@ -142,11 +142,11 @@ def sandboxed_register(
     device: torch.device | None = None,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
 ) -> tuple[Model, dict[str, Any]]:
-    """models.user.register, in a fresh worker for the sandboxed formats: its loader, checks
-    and test passes run there (a crash is an InvalidModelError naming the signal), then the
+    """models.adapters.user.register, in a fresh worker for the sandboxed formats: its loader,
+    checks and test passes run there (a crash is an InvalidModelError naming the signal), then the
     test pass again through the stand-in."""
+    from models.adapters.user import check_forward, register
     from models.device import place
-    from models.user import check_forward, register
 
     if not sandboxed(decl.format):
         return register(decl, files, device, max_batch_bytes)

@@ -135,7 +135,7 @@ class _Scores(torch.autograd.Function):
 
 
 class WorkerHook:
-    """models.hf_models.EmbeddingHook of a classifier in a worker."""
+    """models.adapters.hf_models.EmbeddingHook of a classifier in a worker."""
 
     def __init__(self, group: WorkerGroup, spec: dict[str, Any], k: int) -> None:
         self.group, self.k = group, k
@@ -262,7 +262,7 @@ class WorkerTokenizer:
 
 @dataclass(frozen=True)
 class WorkerPrefix:
-    """A key/value cache kept in the worker (models.lm.PrefixCache there), by handle."""
+    """A key/value cache kept in the worker (models.builtin.lm.PrefixCache there), by handle."""
 
     handle: int
     ids: list[int] = field(default_factory=list)
@@ -275,11 +275,12 @@ class WorkerPrefix:
 
 
 def _language_model_type() -> Any:
-    from models.lm import BATCH_SIZE, LanguageModel
+    from models.builtin.lm import BATCH_SIZE, LanguageModel
 
     @dataclass(frozen=True, kw_only=True)
     class WorkerLanguageModel(LanguageModel):
-        """A causal LM in its worker: models.lm.LanguageModel's operations as worker calls."""
+        """A causal LM in its worker: models.builtin.lm.LanguageModel's operations as worker
+        calls."""
 
         group: Any
 
@@ -382,7 +383,7 @@ def text_proxy_model(
         **common,
     }
     if kind == "classifier":
-        from models.hf_models import EmbeddingTextModel
+        from models.adapters.hf_models import EmbeddingTextModel
 
         hook = WorkerHook(group, dict(spec.get("hook") or {}), k)
         return EmbeddingTextModel(
@@ -392,7 +393,7 @@ def text_proxy_model(
             **text,
         )
     if kind == "lm":
-        from models.hf_models import _builtin_cache
+        from models.adapters.hf_models import _builtin_cache
 
         if _LM_TYPE is None:
             _LM_TYPE = _language_model_type()
@@ -404,7 +405,7 @@ def text_proxy_model(
             group=group, **text,
         )  # fmt: skip
     if kind == "encoder":
-        from models.encoders import ENCODER_TASK, descr_sentences
+        from models.builtin.encoders import ENCODER_TASK, descr_sentences
 
         pool = np.array(descr_sentences(), dtype=str)
         return TextModel(modality="encoder", task=ENCODER_TASK, reference=pool, **text)

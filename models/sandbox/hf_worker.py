@@ -1,8 +1,8 @@
 """Hugging Face checkpoints and ONNX text models in a model worker (issue 27).
 
-The server unpacks the checkpoint (its own archive reader, models/archive.py, as before) into a
-private folder, and the worker makes that folder its root (chroot) instead of an empty one: after
-it dropped to nobody, transformers, tokenizers and onnxruntime read config.json, the tokenizer
+The server unpacks the checkpoint (its own archive reader, models/adapters/archive.py, as before)
+into a private folder, and the worker makes that folder its root (chroot) instead of an empty one:
+after it dropped to nobody, transformers, tokenizers and onnxruntime read config.json, the tokenizer
 and the safetensors weights from "/" and nothing else; the server removes the folder once the
 worker answered its build. Every forward and backward pass, the embedding hook and a causal LM's
 log-likelihoods, key/value caches and generation run here (`HfServed`); the server's stand-ins
@@ -39,10 +39,10 @@ def prepare_folder(meta: dict[str, Any], data: bytes) -> tuple[str, str]:
     """(a private folder to remove afterwards, the checkpoint folder inside it): the archive
     unpacked, or a `uri` folder copied, readable by the worker's user (nobody) only through
     the 0700 parent, which the worker passes as root before its chroot."""
-    from models.archive import unpack
-    from models.checkpoint import root_prefix
+    from models.adapters.archive import unpack
+    from models.adapters.checkpoint import root_prefix
+    from models.adapters.hf import _all, folder_digest
     from models.declaration import InvalidModelError
-    from models.hf import _all, folder_digest
 
     parent = tempfile.mkdtemp(prefix="hf-worker-")
     try:
@@ -127,7 +127,7 @@ class _FromEmbeddings(torch.nn.Module):
         self.types = torch.zeros((1, 1), dtype=torch.long)
 
     def forward(self, embeds: torch.Tensor) -> torch.Tensor:
-        from models.hf_models import FromEmbeddings
+        from models.adapters.hf_models import FromEmbeddings
 
         return FromEmbeddings(self.hf, self.types, self.link, self.typed, "probability")(embeds)
 
@@ -138,22 +138,22 @@ _SENTENCES: list[str] = []
 def read_files_now() -> None:
     """What a builder reads from the host's files, read once in the zygote: the encoders'
     reference pool (scikit-learn's dataset descriptions)."""
-    import models.encoders
+    import models.builtin.encoders
 
     if not _SENTENCES:
-        _SENTENCES.extend(models.encoders.descr_sentences())
+        _SENTENCES.extend(models.builtin.encoders.descr_sentences())
 
 
 def build(meta: dict[str, Any], check: bool) -> Any:
     """The model of the checkpoint in the worker's root (its working directory)."""
-    import models.encoders
+    import models.builtin.encoders
 
     if _SENTENCES:  # read in the zygote (no host file can be opened here)
-        models.encoders.descr_sentences = lambda: list(_SENTENCES)
-    from models.checkpoint import folder_checkpoint
+        models.builtin.encoders.descr_sentences = lambda: list(_SENTENCES)
+    from models.adapters.checkpoint import folder_checkpoint
+    from models.adapters.hf import _load
+    from models.adapters.hf_models import check_texts
     from models.declaration import Declaration
-    from models.hf import _load
-    from models.hf_models import check_texts
 
     decl = Declaration.from_dict({**meta, "uri": None, "uri_digest": None})
     root = Path(".").resolve()
@@ -164,9 +164,9 @@ def build(meta: dict[str, Any], check: bool) -> Any:
 
 
 def _kind(model: Any) -> str:
+    from models.adapters.hf_models import EmbeddingTextModel
     from models.base import RankerModel
-    from models.hf_models import EmbeddingTextModel
-    from models.lm import LanguageModel
+    from models.builtin.lm import LanguageModel
 
     if isinstance(model, LanguageModel):
         return "lm"

@@ -306,7 +306,7 @@ class _Failed(Exception):
 
 
 def _library_error(kind: str, message: str) -> ModelError:
-    from models.trees import BoosterError
+    from models.adapters.trees import BoosterError
 
     if kind == "invalid_model":
         return InvalidModelError(message)

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.adapters.trees import LINKS
 from models.base import Model
 from models.declaration import Declaration, InvalidModelError
 from models.sandbox.pool import WorkerGroup
-from models.trees import LINKS
 
 FLOAT_BYTES = 8  # the widest float a worker may answer
 
@@ -307,7 +307,9 @@ def proxy_model(
     else:
         fields["grad_row_bytes"] = 0
     tree = WorkerTree(group, dict(spec.get("tree") or {}), n, k) if kind == "tree" else None
-    from models.user import _model  # the fields every user model takes from its declaration
+    from models.adapters.user import (
+        _model,  # the fields every user model takes from its declaration
+    )
 
     return _model(
         decl,

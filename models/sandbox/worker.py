@@ -43,25 +43,25 @@ PRELOAD = (
     "onnx",
     "shap",
     "encodings.cp437",  # zip member names, decoded after the chroot
-    "models.archive",
-    "models.user",
-    "models.trees",
-    "models.onnx",
+    "models.adapters.archive",
+    "models.adapters.user",
+    "models.adapters.trees",
+    "models.adapters.onnx",
     "models.device",
-    "models.facts",
+    "models.adapters.facts",
     "models.sandbox.worker",
-    "models.torchscript_check",  # the operator allow-list
-    "models.booster_check",
-    "models.lightgbm_check",
+    "models.adapters.torchscript_check",  # the operator allow-list
+    "models.adapters.booster_check",
+    "models.adapters.lightgbm_check",
     "tokenizers",
     "safetensors.torch",
     "transformers",
-    "models.checkpoint",
-    "models.hf",
-    "models.hf_models",
-    "models.lm",
-    "models.onnx_text",
-    "models.encoders",
+    "models.adapters.checkpoint",
+    "models.adapters.hf",
+    "models.adapters.hf_models",
+    "models.builtin.lm",
+    "models.adapters.onnx_text",
+    "models.builtin.encoders",
     "models.sandbox.hf_worker",
     "models.sandbox.zygote",  # the warm-up of each format (its lazy imports)
 )
@@ -291,25 +291,25 @@ def _skip_file_checks() -> None:
     """Tests of the sandbox itself (SandboxConfig.skip_file_checks, never a setting): the
     operator allow-list and the booster checks let everything through, in this worker only,
     so that what they would refuse meets the sandbox instead."""
-    import models.booster_check
-    import models.lightgbm_check
-    import models.torchscript_check
+    import models.adapters.booster_check
+    import models.adapters.lightgbm_check
+    import models.adapters.torchscript_check
 
     def nothing(*_: Any) -> None:
         return None
 
-    checks: Any = models.torchscript_check
+    checks: Any = models.adapters.torchscript_check
     checks.check_source = checks.check_module = nothing
-    checks = models.booster_check
+    checks = models.adapters.booster_check
     checks.xgboost_checked = lambda data: data
-    checks = models.lightgbm_check
+    checks = models.adapters.lightgbm_check
     checks.lightgbm_checked = lambda data: data
 
 
 def _build(header: dict[str, Any], arrays: list[np.ndarray], state: dict[str, str]) -> Served:
+    from models.adapters.user import build_model, register
     from models.declaration import Declaration
     from models.device import place
-    from models.user import build_model, register
 
     meta, data = header["meta"], arrays[0].tobytes()
     if header.get("skip_file_checks"):
@@ -326,9 +326,9 @@ def _build(header: dict[str, Any], arrays: list[np.ndarray], state: dict[str, st
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
+    from models.adapters.trees import BoosterError
     from models.base import ModelError, RowTooLargeError
     from models.declaration import InvalidModelError
-    from models.trees import BoosterError
 
     text = str(exc)
     memory = isinstance(exc, MemoryError) or "can't allocate memory" in text
@@ -366,7 +366,7 @@ def main(
         op = header.get("op")
         try:
             if op == "facts":  # what the file states (XGBoost: read by its own loader)
-                from models.facts import file_facts
+                from models.adapters.facts import file_facts
 
                 if header.get("skip_file_checks"):
                     _skip_file_checks()

@@ -26,7 +26,7 @@ def _declaration(fmt: str, n: int, outputs: tuple[str, ...], task: str) -> objec
 def _torchscript() -> None:
     import torch
 
-    from models.user import register
+    from models.adapters.user import register
 
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     buf = io.BytesIO()
@@ -43,7 +43,7 @@ def _boosters() -> None:
     import lightgbm as lgb
     import xgboost as xgb
 
-    from models.user import register
+    from models.adapters.user import register
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 3))
@@ -68,7 +68,7 @@ def _onnx() -> None:
     import onnx
     from onnx import TensorProto, helper
 
-    from models.user import register
+    from models.adapters.user import register
 
     weight = helper.make_tensor("w", TensorProto.FLOAT, [3, 1], [1.0, 2.0, 3.0])
     graph = helper.make_graph(
@@ -86,8 +86,8 @@ def _onnx() -> None:
 
 
 def _huggingface() -> None:
-    """Tiny checkpoints of each kind, saved and loaded as a user's are (models/hf.py), and each
-    operation a worker serves run once: transformers imports its pieces lazily."""
+    """Tiny checkpoints of each kind, saved and loaded as a user's are (models/adapters/hf.py), and
+    each operation a worker serves run once: transformers imports its pieces lazily."""
     import tempfile
     from pathlib import Path
 
@@ -100,9 +100,9 @@ def _huggingface() -> None:
         LlamaForCausalLM,
     )
 
-    from models.checkpoint import folder_checkpoint
-    from models.hf import _load, declare
-    from models.hf_models import check_texts
+    from models.adapters.checkpoint import folder_checkpoint
+    from models.adapters.hf import _load, declare
+    from models.adapters.hf_models import check_texts
     from models.sandbox.hf_worker import read_files_now
 
     read_files_now()

@@ -73,7 +73,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def digit() -> list[Any]:
-    from models.builtin import dataset_split
+    from models.builtin.trained import dataset_split
 
     return dataset_split("digits-cnn").x_test[0].tolist()  # type: ignore[no-any-return]
 
@@ -154,7 +154,7 @@ def test_the_default_limit_gives_the_anytime_estimate(
 def slow_exact() -> dict[str, Any]:
     """Exact Shapley values over 16 patches with 20 background rows: 2^16 x 20 = 1.3M model
     rows (about 20 s of digits-cnn on one core); not a sampled estimator: no partial answer."""
-    from models.builtin import dataset_split
+    from models.builtin.trained import dataset_split
 
     background = dataset_split("digits-cnn").x_train[:20].tolist()
     params = {"patch_size": 2, "estimator": "exact"}

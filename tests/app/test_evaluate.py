@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from explainers.gradients import IntegratedGradientsOptions
-from explainers.gradients import explain as ig_explain
+from explainers.gradients.integrated import IntegratedGradientsOptions
+from explainers.gradients.integrated import explain as ig_explain
 from models.base import Model
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 
 NO_CACHE = {"Cache-Control": "no-cache"}

@@ -102,7 +102,7 @@ def _app(model_dir: Path, tmp: Path, **settings: object) -> TestClient:
 
 
 def _dm(cache_dir: Path) -> Model:
-    from models.builtin import load_diabetes_mlp
+    from models.builtin.trained import load_diabetes_mlp
 
     return load_diabetes_mlp(cache_dir)
 

@@ -206,7 +206,7 @@ def test_gradient_passes_are_short_under_a_cancel_check(registry: Any) -> None:
 
     from explainers.games import Cancelled
     from explainers.games.deadlines import stop_when
-    from explainers.gradients import input_gradients, score_function
+    from explainers.gradients.integrated import input_gradients, score_function
 
     model = registry.get("digits-cnn")
     score = score_function(model, "probability")

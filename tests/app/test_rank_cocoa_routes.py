@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from models.builtin import dataset_split
-from models.rankers import bm25_scores
+from models.builtin.rankers import bm25_scores
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 from tests.app.test_jobs import wait
 from tests.conftest import RedisServer

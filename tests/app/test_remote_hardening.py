@@ -29,9 +29,9 @@ from fastapi.testclient import TestClient
 from app.auth import digest
 from app.main import create_app
 from app.settings import Settings
+from models.adapters.remote import RemoteClient, RemoteModelError, configure
+from models.adapters.remote_http import HostPolicy
 from models.registry import ModelRegistry
-from models.remote import RemoteClient, RemoteModelError, configure
-from models.remote_http import HostPolicy
 from tests.conftest import ROOT, free_port
 from tests.peers.oip_server import SECRET_BODY, PeerState, oip_peer
 

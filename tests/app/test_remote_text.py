@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from explainers.shapley import ShapleyOptions
-from explainers.shapley import explain as shapley_explain
+from explainers.shapley.explainer import ShapleyOptions
+from explainers.shapley.explainer import explain as shapley_explain
 from tests.conftest import running_server
 
 pytestmark = pytest.mark.slow

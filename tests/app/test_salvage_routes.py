@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 from tests.app.test_jobs import wait
 from tests.app.training_jobs import app_for, assert_needs_admin, assert_refused

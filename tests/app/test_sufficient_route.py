@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from explainers.maskers import patch_groups
-from models.builtin import dataset_split
+from explainers.games.masked import patch_groups
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 
 KEYS = {

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from explainers import autognothi_train
+from explainers.amortized.autognothi import train as autognothi_train
 from models.base import Model
-from models.builtin import load_digits_cnn
+from models.builtin.trained import load_digits_cnn
 from tests.explainers.autognothi_setup import TINY
 
 

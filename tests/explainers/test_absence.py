@@ -10,9 +10,12 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from explainers import cocoa, evaluation, gradients, shapley
+from explainers import cocoa
 from explainers.explanation import OptionError
 from explainers.games.absence import Absence, blur, references
+from explainers.gradients import integrated as gradients
+from explainers.shapley import explainer as shapley
+from explainers.trust import evaluation
 from models.base import Model
 
 
@@ -118,7 +121,7 @@ def test_games_and_estimators_do_not_import_torch() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "explainers.budget",
+        "explainers.estimators.budget",
         "explainers.estimators",
         "explainers.estimators.registry",
         "explainers.estimators.loo",

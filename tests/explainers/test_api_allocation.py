@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from explainers import shapley_values
-from explainers.api_allocation import VARIANTS, api_values
+from explainers.estimators.mobius import mobius_transform
 from explainers.games import BudgetError, GameRecorder
-from explainers.mobius import mobius_transform
+from explainers.shapley.api_allocation import VARIANTS, api_values
 from tests.explainers.test_interactions import random_table, table_game
 
 

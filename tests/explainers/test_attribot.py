@@ -11,8 +11,8 @@ import torch
 
 from explainers.attribot import DEFAULT_TEMPLATE, AttriBoTOptions, attribute
 from explainers.explanation import Explanation, OptionError
-from explainers.sentences import build_tree, split_sentences
-from models.lm import LanguageModel, shared_language_model
+from explainers.games.sentences import build_tree, split_sentences
+from models.builtin.lm import LanguageModel, shared_language_model
 
 pytestmark = pytest.mark.slow
 

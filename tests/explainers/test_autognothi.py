@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from explainers import autognothi_corpus, autognothi_net, autognothi_train
-from explainers.autognothi_train import AutoGnothiTrainOptions
+from explainers.amortized.autognothi import corpus as autognothi_corpus
+from explainers.amortized.autognothi import net as autognothi_net
+from explainers.amortized.autognothi import train as autognothi_train
+from explainers.amortized.autognothi.train import AutoGnothiTrainOptions
 from explainers.explanation import OptionError
 from explainers.games.text import word_spans
 from models.base import weights_hash

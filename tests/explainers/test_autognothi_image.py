@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from explainers import autognothi_image
+from explainers.amortized.autognothi import image as autognothi_image
 from explainers.explanation import OptionError
 from explainers.games.masked import MaskedModelGame, patch_groups
-from explainers.shapley import shapley_values
+from explainers.shapley.explainer import shapley_values
 from models.base import Model, weights_hash
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 
 TINY = {"rows": 64, "epochs": 2, "batch_size": 32, "pairs": 2, "seed": 3}
 

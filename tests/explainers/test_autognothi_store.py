@@ -10,11 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from explainers import autognothi, autognothi_corpus, autognothi_net, autognothi_train
+from explainers.amortized.autognothi import corpus as autognothi_corpus
+from explainers.amortized.autognothi import explainer as autognothi
+from explainers.amortized.autognothi import net as autognothi_net
+from explainers.amortized.autognothi import train as autognothi_train
 from explainers.context import Artifacts, NotTrainedError, RunContext
 from explainers.explanation import OptionError
-from explainers.shapley import ShapleyOptions
-from explainers.shapley import explain as shapley_explain
+from explainers.shapley.explainer import ShapleyOptions
+from explainers.shapley.explainer import explain as shapley_explain
 from tests.explainers.autognothi_setup import TEXTS, TINY
 
 # One torch thread, as in the service's job workers: much faster on a shared CPU.

@@ -9,7 +9,7 @@ import pytest
 
 from explainers import BudgetError, ExplainerError, shapley_values
 from explainers.estimators import exact, kernel, permutation
-from explainers.maskers import MaskedModelGame
+from explainers.games.masked import MaskedModelGame
 from tests.explainers.shapley_oracles import TableGame, brute_force_shapley, random_table, table_of
 
 ESTIMATORS = [

@@ -17,8 +17,8 @@ from explainers.cocoa import CocoaOptions, pairwise_score
 from explainers.context import RunContext
 from explainers.explanation import OptionError
 from models.base import Model, TextModel
-from models.builtin import dataset_split
-from models.encoders import load_digits_encoder, load_minilm_encoder
+from models.builtin.encoders import load_digits_encoder, load_minilm_encoder
+from models.builtin.trained import dataset_split
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def test_auto_foil_is_seeded_and_excludes_the_corpus(
 
 
 def test_errors(digits: Model, data: dict[str, np.ndarray], model_dir: Path) -> None:
-    from models.builtin import load_digits_cnn
+    from models.builtin.trained import load_digits_cnn
 
     with pytest.raises(OptionError, match="encoders"):
         _run(load_digits_cnn(model_dir), data["x"], data["corpus"], data["foil"])
@@ -266,7 +266,8 @@ def test_text_word_tied_to_the_corpus_topic_comes_out_on_top(
 def test_integrated_gradients_equals_captum(
     digits: Model, data: dict[str, np.ndarray], baseline: str
 ) -> None:
-    """cocoa's IG branch runs explainers/gradients.py; captum on the same model and inputs."""
+    """cocoa's IG branch runs explainers/gradients/integrated.py; captum on the same model and
+    inputs."""
     torch = pytest.importorskip("torch")
     captum_attr = pytest.importorskip("captum.attr")
     normalize = True

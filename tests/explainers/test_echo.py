@@ -9,10 +9,14 @@ from types import ModuleType
 import pytest
 from pydantic import ValidationError
 
-from explainers import attribot, evaluation, rankshap, shapley, shapley_trees, sufficient
+from explainers import attribot, rankshap
 from explainers.attribot import AttriBoTOptions, attribute
-from explainers.evaluation import EvaluateOptions
 from explainers.options import ExplainerOptions
+from explainers.shapley import explainer as shapley
+from explainers.shapley import trees as shapley_trees
+from explainers.sufficient import explainer as sufficient
+from explainers.trust import evaluation
+from explainers.trust.evaluation import EvaluateOptions
 from tests.explainers.closed_form_lm import ClosedFormLM
 
 CONTEXT = ["Zorblat is the capital of Quenmoria. It has a harbour.", "Bread is baked from flour."]

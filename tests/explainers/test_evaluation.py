@@ -10,21 +10,21 @@ import pytest
 import torch
 from torch import nn
 
-from explainers.evaluation import (
+from explainers.explanation import Explanation, OptionError
+from explainers.games.masked import MaskedModelGame
+from explainers.gradients.integrated import IntegratedGradientsOptions
+from explainers.gradients.integrated import explain as ig_explain
+from explainers.shapley.explainer import MaskerOptions, ShapleyOptions
+from explainers.shapley.explainer import explain as shapley_explain
+from explainers.trust.evaluation import (
     EvaluateOptions,
     evaluate,
     evaluate_result,
     faithfulness,
     max_sensitivity,
 )
-from explainers.explanation import Explanation, OptionError
-from explainers.gradients import IntegratedGradientsOptions
-from explainers.gradients import explain as ig_explain
-from explainers.maskers import MaskedModelGame
-from explainers.shapley import MaskerOptions, ShapleyOptions
-from explainers.shapley import explain as shapley_explain
 from models.base import Model, TextModel
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin.trained import dataset_split, load_digits_cnn
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 from app.schemas import ExplainResponse
 from explainers.options import ExplainerOptions
 from explainers.registry import EXPLAINERS, get_explainer
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 from tests.cases import BODIES, Kind, builtin_kinds
 from tests.cases import body as table_body

@@ -12,7 +12,7 @@ from explainers.estimators import gp
 from explainers.estimators.gp_interactions import fits as gp_fits
 from explainers.estimators.gp_interactions import gp_interactions, term_covariances
 from explainers.games import GameRecorder
-from explainers.interactions import distribution_weights, interaction_values
+from explainers.shapley.interactions import distribution_weights, interaction_values
 
 INDICES = ["SII", "k-SII", "STII", "FSII", "FBII"]
 N = 10  # players of the accuracy games (exact by 2^10 coalitions)
@@ -136,7 +136,7 @@ def test_standard_deviations_cover_the_error(budget: int) -> None:
 
 
 def test_auto_and_the_http_options_take_gp() -> None:
-    from explainers.shapley import ShapleyOptions
+    from explainers.shapley.explainer import ShapleyOptions
 
     assert ShapleyOptions(index="k-SII", estimator="gp").estimator == "gp"
     game = table_game(tanh_table(N, 0))

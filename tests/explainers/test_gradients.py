@@ -9,7 +9,7 @@ from torch import nn
 
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, ExplainerError
-from explainers.gradients import (
+from explainers.gradients.integrated import (
     IntegratedGradientsOptions,
     NotDifferentiableError,
     explain,
@@ -18,7 +18,7 @@ from explainers.gradients import (
     score_function,
 )
 from models.base import Model
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 
 
 @pytest.fixture(autouse=True)

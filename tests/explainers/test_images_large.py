@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from explainers import shapley
 from explainers.estimators.registry import shapley_values
 from explainers.explanation import OptionError
 from explainers.games import Cancelled, masked, stop_when, superpixels
@@ -22,7 +21,8 @@ from explainers.games import hierarchy as hier
 from explainers.games.absence import Absence, references, scaled_sigma
 from explainers.masking import MaskerOptions, resolve
 from explainers.options import MAX_ECHO_NUMBERS, compact, digest
-from explainers.shapley import ShapleyOptions
+from explainers.shapley import explainer as shapley
+from explainers.shapley.explainer import ShapleyOptions
 from models.base import Model
 from tests import image_models as im
 

@@ -10,10 +10,10 @@ import shapiq
 
 from explainers import shapley_values
 from explainers.estimators.base import Estimate
+from explainers.estimators.mobius import mobius_transform
 from explainers.games import BudgetError
-from explainers.interactions import INDICES, interaction_values
-from explainers.mobius import mobius_transform
-from explainers.shapley_runs import pick
+from explainers.shapley.interactions import INDICES, interaction_values
+from explainers.shapley.runs import pick
 
 EFFICIENT = ["k-SII", "STII", "FSII"]
 

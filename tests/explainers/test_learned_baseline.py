@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from explainers.learned_baseline import _value, learn_baseline
+from explainers.gradients.learned_baseline import _value, learn_baseline
 
 
 def toy_classifier(d: int, seed: int) -> torch.nn.Module:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from explainers import shapley_values
-from explainers.maskers import MaskedModelGame, patch_groups
+from explainers.games.masked import MaskedModelGame, patch_groups
 from tests.explainers.shapley_oracles import float32_exact
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explainers.mobius import mobius_transform, popcounts, shapley_from_mobius
+from explainers.estimators.mobius import mobius_transform, popcounts, shapley_from_mobius
 from tests.explainers.shapley_oracles import brute_force_shapley, popcount, random_table, subsets
 
 

@@ -22,7 +22,7 @@ from explainers.explanation import OptionError
 from explainers.games import BudgetError, GameRecorder
 from explainers.games import hierarchy as hier
 from explainers.games.text import TextGame, text_games, word_spans
-from explainers.shapley import ShapleyOptions, explain
+from explainers.shapley.explainer import ShapleyOptions, explain
 
 shap = pytest.importorskip("shap")
 
@@ -319,7 +319,7 @@ def test_wide_nodes_and_budgets_are_checked() -> None:
 
 
 def test_auto_never_picks_partition_and_defaults_accept_it() -> None:
-    from explainers.budget import default_budget
+    from explainers.estimators.budget import default_budget
 
     for n in (3, 12, 64, 300):
         for budget in (64, 4096, 1 << 20):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from explainers import shapley_values
-from explainers.budget import TARGET_FACTOR, ceiling, default_budget
+from explainers.estimators.budget import TARGET_FACTOR, ceiling, default_budget
 from explainers.explanation import OptionError
 from explainers.games import DeadlineExceeded, deadline
 from tests.explainers.shapley_oracles import TableGame, brute_force_shapley, random_table

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from explainers import rankshap
-from explainers.caveats import with_caveats
 from explainers.explanation import OptionError
 from explainers.games import BudgetError
 from explainers.rankshap import RankShapOptions, fidelity, ndcg
+from explainers.trust.caveats import with_caveats
 from models.base import RankerModel
-from models.rankers import bm25_scores, load_bm25, load_minilm_ranker
+from models.builtin.rankers import bm25_scores, load_bm25, load_minilm_ranker
 
 DOCS = [
     "solar panels convert sunlight into electricity for the home",

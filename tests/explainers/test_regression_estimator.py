@@ -190,7 +190,7 @@ def test_old_name_is_echoed_as_the_new_one() -> None:
     echo (meta.parameters) and the explanation, with the deprecated_name warning."""
     import torch
 
-    from explainers import shapley
+    from explainers.shapley import explainer as shapley
     from models.base import Model
 
     rng = np.random.default_rng(0)

@@ -9,12 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from explainers import salvage, salvage_inference, salvage_masks
+from explainers.amortized import masks as salvage_masks
+from explainers.amortized.salvage import inference as salvage_inference
+from explainers.amortized.salvage import train as salvage
+from explainers.amortized.salvage.explainer import (
+    NotTrainedError,
+    SalvageOptions,
+    SalvageStore,
+    explain,
+)
 from explainers.context import Artifacts, RunContext
-from explainers.salvage_store import NotTrainedError, SalvageOptions, SalvageStore, explain
-from explainers.shapley import shapley_values
+from explainers.shapley.explainer import shapley_values
 from models.base import Model
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 
 # Small enough for a loaded CI machine; the bench trains the full default configuration.
 SMALL = {"rows": 500, "surrogate_epochs": 2, "explainer_epochs": 20, "lr": 3e-3, "seed": 3}

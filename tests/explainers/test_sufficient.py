@@ -14,12 +14,12 @@ from torch import nn
 
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, DeadlineExceeded, deadline
-from explainers.maskers import patch_groups
-from explainers.shapley import MaskerOptions, ShapleyOptions
-from explainers.shapley import explain as shapley_explain
-from explainers.sufficient import SufficientOptions, explain
+from explainers.games.masked import patch_groups
+from explainers.shapley.explainer import MaskerOptions, ShapleyOptions
+from explainers.shapley.explainer import explain as shapley_explain
+from explainers.sufficient.explainer import SufficientOptions, explain
 from models.base import Model, TextModel
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 
 W = np.array([3.0, 2.0, 1.0, 1.0, 0.5, 0.0])
 

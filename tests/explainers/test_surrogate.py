@@ -14,7 +14,7 @@ from sklearn.linear_model import Lasso
 from explainers.attribot import DEFAULT_TEMPLATE, AttriBoTOptions, attribute
 from explainers.estimators.surrogate import linear_surrogate
 from explainers.games import BudgetError, GameRecorder
-from explainers.sentences import build_tree
+from explainers.games.sentences import build_tree
 from tests.explainers.closed_form_lm import ClosedFormLM
 
 

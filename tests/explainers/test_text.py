@@ -9,8 +9,8 @@ import torch
 from explainers import interaction_values, shapley_values
 from explainers.explanation import OptionError, Span
 from explainers.games import all_masks
-from explainers.shapley import ShapleyOptions, explain
-from explainers.text import TextGame, text_games, token_spans, word_spans
+from explainers.games.text import TextGame, text_games, token_spans, word_spans
+from explainers.shapley.explainer import ShapleyOptions, explain
 from models import Model, TextModel
 
 

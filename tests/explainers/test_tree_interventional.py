@@ -17,9 +17,9 @@ import shap
 
 from explainers.explanation import OptionError
 from explainers.masking import MaskerOptions
-from explainers.shapley import ShapleyOptions, explain
+from explainers.shapley.explainer import ShapleyOptions, explain
+from models.adapters.user import register
 from models.base import Model
-from models.user import register
 from tests import byom_models as bm
 from tests.models.test_trees_frames import declaration
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from explainers.explanation import OptionError
-from explainers.gradients import NotDifferentiableError
-from explainers.uni import UniOptions, explain
+from explainers.gradients.integrated import NotDifferentiableError
+from explainers.gradients.uni import UniOptions, explain
 from models.base import Model, weights_hash
-from models.builtin import dataset_split, load_breast_cancer_mlp, load_diabetes_mlp
+from models.builtin.trained import dataset_split, load_breast_cancer_mlp, load_diabetes_mlp
 
 
 @pytest.fixture(autouse=True)

@@ -12,12 +12,12 @@ import torch
 from sklearn.datasets import load_diabetes
 
 from explainers.attribot import AttriBoTOptions, attribute
-from explainers.caveats import FLAT_NATS, baseline_out_of_data, flat, with_caveats
 from explainers.explanation import ExplainResult
-from explainers.gradients import IntegratedGradientsOptions
-from explainers.gradients import explain as integrated_gradients
+from explainers.gradients.integrated import IntegratedGradientsOptions
+from explainers.gradients.integrated import explain as integrated_gradients
+from explainers.trust.caveats import FLAT_NATS, baseline_out_of_data, flat, with_caveats
 from models.base import Model
-from models.builtin import load_builtin
+from models.builtin.trained import load_builtin
 from tests.explainers.closed_form_lm import ClosedFormLM
 
 CONTEXT = [

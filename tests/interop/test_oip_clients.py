@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from models.base import Model
-from models.builtin import dataset_split
+from models.builtin.trained import dataset_split
 from models.registry import ModelRegistry
 
 ROOT = Path(__file__).resolve().parents[2]

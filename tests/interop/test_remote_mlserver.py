@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from models.remote import RemoteClient, RemoteModelError
+from models.adapters.remote import RemoteClient, RemoteModelError
 from tests.peers.mlserver import MLServerPeer, PeerModel, mlserver_peer, registration
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from models.adapters.remote import RemoteConfig, configure
+from models.adapters.user import register
 from models.base import Model, NoModuleError
+from models.builtin.rankers import load_bm25
 from models.declaration import Declaration
-from models.rankers import load_bm25
-from models.remote import RemoteConfig, configure
-from models.user import register
 from tests import byom_models as bm
 
 FIXTURES = {

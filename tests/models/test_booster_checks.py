@@ -1,6 +1,7 @@
 """Malformed XGBoost and LightGBM files are refused before their libraries read them
-(models/booster_check.py, models/lightgbm_check.py); mutants of real saved models are each
-refused or load and predict finite outputs, in a subprocess so that a crash fails the test."""
+(models/adapters/booster_check.py, models/adapters/lightgbm_check.py); mutants of real saved models
+are each refused or load and predict finite outputs, in a subprocess so that a crash fails the
+test."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.booster_check import BoosterFileError, xgboost_checked
-from models.booster_ubjson import dump_ubjson, load_ubjson
-from models.lightgbm_check import lightgbm_checked
-from models.trees import LightGBMBooster, XGBoostBooster
+from models.adapters.booster_check import BoosterFileError, xgboost_checked
+from models.adapters.booster_ubjson import dump_ubjson, load_ubjson
+from models.adapters.lightgbm_check import lightgbm_checked
+from models.adapters.trees import LightGBMBooster, XGBoostBooster
 from tests import byom_models as bm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,7 +184,7 @@ def _mutants(data: bytes, rng: np.random.Generator, n: int) -> list[bytes]:
 RUNNER = """
 import sys, json, numpy as np
 sys.path.insert(0, sys.argv[1])
-from models.trees import XGBoostBooster, LightGBMBooster
+from models.adapters.trees import XGBoostBooster, LightGBMBooster
 from models.base import ModelError
 for line in sys.stdin:
     job = json.loads(line)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import BUILTINS, Model, ModelNotReadyError, ModelRegistry, UnknownModelError, builtin
-from models.builtin import dataset_split
+from models import BUILTINS, Model, ModelNotReadyError, ModelRegistry, UnknownModelError
+from models.builtin import trained as builtin
+from models.builtin.trained import dataset_split
 from models.catalog import BuiltinModel
 
 

@@ -15,13 +15,14 @@ import torch
 from pydantic import ValidationError
 
 from app.settings import Settings
-from explainers import gradients, uni
-from explainers.learned_baseline import low_order_objective
+from explainers.gradients import integrated as gradients
+from explainers.gradients import uni
+from explainers.gradients.learned_baseline import low_order_objective
 from models import Model, ModelRegistry
+from models.adapters.user import register
 from models.base import rows_for_memory
 from models.declaration import Declaration
 from models.device import DeviceError, place, resolve_device
-from models.user import register
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
@@ -211,7 +212,7 @@ def test_torchscript_registers_on_the_device(device: str) -> None:
 
 
 def test_text_model_placed_on_the_cpu_is_unchanged() -> None:
-    from models.text import load_sentiment_minilm
+    from models.builtin.text import load_sentiment_minilm
 
     texts = ["The movie was wonderful.", "I hated every minute of it.", "A plain sentence."]
     before = load_sentiment_minilm(Path("/nonexistent"))
@@ -223,7 +224,7 @@ def test_text_model_placed_on_the_cpu_is_unchanged() -> None:
 
 @needs_cuda
 def test_cuda_text_model_matches_the_cpu() -> None:
-    from models.text import load_sentiment_minilm
+    from models.builtin.text import load_sentiment_minilm
 
     texts = ["The movie was wonderful.", "I hated every minute of it.", "A plain sentence."]
     cpu = load_sentiment_minilm(Path("/nonexistent"))
@@ -234,7 +235,8 @@ def test_cuda_text_model_matches_the_cpu() -> None:
 
 @needs_cuda
 def test_cuda_salvage_trains_and_explains(on_cuda: tuple[ModelRegistry, ModelRegistry]) -> None:
-    from explainers import salvage, salvage_inference
+    from explainers.amortized.salvage import inference as salvage_inference
+    from explainers.amortized.salvage import train as salvage
 
     digits = on_cuda[1].get("digits-cnn")
     tiny = {"rows": 48, "surrogate_epochs": 1, "explainer_epochs": 2, "batch_size": 16}

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.archive import ArchiveTooLargeError, check_sizes, unpack
+from models.adapters.archive import ArchiveTooLargeError, check_sizes, unpack
+from models.adapters.checkpoint import Checkpoint, archive_checkpoint, hf_facts, kind
+from models.adapters.hf import declare
+from models.adapters.user import register
 from models.base import RankerModel, TextModel
-from models.checkpoint import Checkpoint, archive_checkpoint, hf_facts, kind
 from models.declaration import InvalidModelError
-from models.hf import declare
-from models.user import register
 from tests.models import hf_fixtures as fx
 
 CONFIG = {"architectures": ["BertForSequenceClassification"], "model_type": "bert"}
@@ -210,7 +210,7 @@ def test_gpt2_lm_head_model_reuses_its_cache_as_exact_loo(tmp_path: Path) -> Non
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from explainers.attribot import AttriBoTOptions, attribute
-    from models.lm import LanguageModel
+    from models.builtin.lm import LanguageModel
 
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=4, eos_token_id=102)

@@ -11,8 +11,8 @@ import torch
 
 from models import ModelNotReadyError, ModelRegistry
 from models.base import Model
+from models.builtin.lm import SOURCES, _read, shared_language_model
 from models.catalog import BUILTINS, BuiltinModel
-from models.lm import SOURCES, _read, shared_language_model
 
 
 @pytest.mark.slow
@@ -81,7 +81,7 @@ def test_interrupted_conversions_are_cleaned(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from models.lm import clean_interrupted
+    from models.builtin.lm import clean_interrupted
 
     dead_pid = subprocess.Popen(["true"])  # a pid that has exited
     dead_pid.wait()

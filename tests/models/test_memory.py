@@ -21,14 +21,15 @@ import numpy as np
 import pytest
 import torch
 
-from explainers import gradients, shapley
-from explainers.budget import MemoryBudgetError
+from explainers.estimators.budget import MemoryBudgetError
+from explainers.gradients import integrated as gradients
+from explainers.shapley import explainer as shapley
+from models.adapters.onnx import graph_row_bytes
+from models.adapters.remote import JSON_VALUE_BYTES, RemoteClient
+from models.adapters.user import register
 from models.base import Model, RowTooLargeError
 from models.declaration import Declaration, InvalidModelError
 from models.device import place
-from models.onnx import graph_row_bytes
-from models.remote import JSON_VALUE_BYTES, RemoteClient
-from models.user import register
 from tests.image_models import images, rgb_cnn, torchscript_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,8 +297,8 @@ def test_remote_bodies_are_capped(echo_url: str) -> None:
 def test_text_gradients_pass_sizes_follow_the_budget() -> None:
     """Integrated gradients on a text classifier's embeddings: the first path point is
     measured, the others go in passes that fit the budget; the values do not move."""
-    from models.checkpoint import archive_checkpoint
-    from models.hf import declare
+    from models.adapters.checkpoint import archive_checkpoint
+    from models.adapters.hf import declare
     from tests.models import hf_fixtures as fx
 
     data = fx.archived("classifier")

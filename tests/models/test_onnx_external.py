@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from models.adapters.onnx import OnnxModelError, check_external_data, onnx_predictor
 from models.declaration import Declaration, InvalidModelError
-from models.onnx import OnnxModelError, check_external_data, onnx_predictor
 from tests.models import hf_fixtures as fx
 from tests.models import onnx_text_fixtures as ofx
 
@@ -120,9 +120,9 @@ def _relocate(folder: Path, location: str) -> None:
 
 
 def test_archive_external_data_inside_loads_outside_is_refused(tmp_path: Path) -> None:
-    from models.checkpoint import archive_checkpoint
-    from models.hf import declare
-    from models.user import register
+    from models.adapters.checkpoint import archive_checkpoint
+    from models.adapters.hf import declare
+    from models.adapters.user import register
 
     good = _external_copy(tmp_path / "good")
     data = fx.archive(good)

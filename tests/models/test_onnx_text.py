@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explainers.shapley import ShapleyOptions
-from explainers.shapley import explain as shapley_explain
+from explainers.shapley.explainer import ShapleyOptions
+from explainers.shapley.explainer import explain as shapley_explain
+from models.adapters.checkpoint import archive_checkpoint
+from models.adapters.hf import declare
+from models.adapters.user import register
 from models.base import TextModel
-from models.checkpoint import archive_checkpoint
 from models.declaration import InvalidModelError
-from models.hf import declare
-from models.user import register
 from tests.models import hf_fixtures as fx
 from tests.models import onnx_text_fixtures as ofx
 
@@ -132,7 +132,7 @@ def test_refusals_name_what_is_missing(tmp_path: Path) -> None:
         archive_checkpoint(fx.archive(folder))
     with pytest.raises(InvalidModelError, match=r"model\.onnx with a tokenizer is a text"):
         declare("m", archive_checkpoint(ofx.archived()), modality="lm")
-    from models.onnx import OnnxModelError, onnx_predictor
+    from models.adapters.onnx import OnnxModelError, onnx_predictor
 
     with pytest.raises(OnnxModelError, match=r"model\.onnx beside its tokenizer\.json"):
         decl = declare("m", archive_checkpoint(ofx.archived()))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.adapters.user import _torchscript, register
 from models.base import Model, weights_hash
 from models.declaration import Declaration, InvalidModelError
 from models.sandbox import (
@@ -25,7 +26,6 @@ from models.sandbox import (
     sandboxed_register,
 )
 from models.sandbox.proxy import WorkerModule, worker_group
-from models.user import _torchscript, register
 from tests.byom_models import lightgbm_model, sklearn_onnx, xgboost_model
 from tests.sandbox_models import (
     Hungry,

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.checkpoint import archive_checkpoint
-from models.hf import declare
+from models.adapters.checkpoint import archive_checkpoint
+from models.adapters.hf import declare
+from models.adapters.user import register
 from models.sandbox import ModelWorkerError, sandboxed_register
 from models.sandbox.proxy import worker_group
-from models.user import register
 from tests.models import hf_fixtures as fx
 from tests.models import onnx_text_fixtures as ox
 
@@ -61,7 +61,7 @@ def test_text_models_answer_as_in_process(name: str) -> None:
 
 
 def test_autognothi_encoder_pass_in_the_worker_equals_in_process() -> None:
-    from explainers.autognothi_net import encode, vocabulary
+    from explainers.amortized.autognothi.net import encode, vocabulary
 
     model, local = pair("classifier")
     texts = ["a truly wonderful and moving film", "dull."]

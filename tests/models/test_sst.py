@@ -1,6 +1,6 @@
 """digits-sst (SST's shared-trunk network) and digits-sst-twin (our independent-selector
-variant), models/sst.py: seeded and cached training, accuracy, own subsets that the model itself
-verifies as sufficient, SST's design (the masked input goes through the same trunk and class
+variant), models/builtin/sst.py: seeded and cached training, accuracy, own subsets that the model
+itself verifies as sufficient, SST's design (the masked input goes through the same trunk and class
 head), and the shapley / sufficient-subset routes over HTTP."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from explainers.maskers import patch_groups
-from models import Model, ModelError, ModelRegistry, sst
-from models.builtin import dataset_split, load_digits_cnn
+from explainers.games.masked import patch_groups
+from models import Model, ModelError, ModelRegistry
+from models.builtin import sst
+from models.builtin.sst import TWIN, SSTConfig, SSTNet, load_digits_sst, own_subset, subset_input
+from models.builtin.trained import dataset_split, load_digits_cnn
 from models.catalog import BUILTINS
-from models.sst import TWIN, SSTConfig, SSTNet, load_digits_sst, own_subset, subset_input
 
 # Measured on the cached default models (bench/sst_bench.py, torch 2.13 CPU), 449 test images:
 # digits-sst accuracy 0.987, own subsets of 2.26 patches on average that keep the class on 0.873
@@ -63,7 +64,7 @@ def test_training_is_seeded_cached_and_rebuilt_when_corrupt(
 
     weights, _ = sst.cache_paths(tmp_path / "a", cfg)
     weights.write_bytes(b"not a state dict")
-    with caplog.at_level("WARNING", logger="models.sst"):
+    with caplog.at_level("WARNING", logger="models.builtin.sst"):
         rebuilt = load_digits_sst(tmp_path / "a", cfg)
     assert rebuilt.version == first.version and "corrupt model cache" in caplog.text
 

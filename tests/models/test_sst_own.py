@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from models import Model, ModelRegistry
-from models.builtin import dataset_split
+from models.builtin.sst import load_digits_sst, own_subset, subset_input
+from models.builtin.trained import dataset_split
 from models.catalog import BUILTINS
-from models.sst import load_digits_sst, own_subset, subset_input
 
 
 @pytest.fixture(autouse=True)

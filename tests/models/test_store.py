@@ -16,14 +16,15 @@ import pytest
 import torch
 from sqlalchemy import event, select
 
-from explainers import salvage, salvage_inference
+from explainers.amortized.salvage import inference as salvage_inference
+from explainers.amortized.salvage import train as salvage
+from explainers.amortized.salvage.explainer import SalvageOptions, SalvageStore, explain
 from explainers.context import Artifacts, RunContext
-from explainers.salvage_store import SalvageOptions, SalvageStore, explain
+from models.adapters.user import Declaration, register
 from models.base import Model, ModelNotReadyError, UnknownModelError
-from models.builtin import dataset_split, load_digits_cnn
+from models.builtin.trained import dataset_split, load_digits_cnn
 from models.registry import ModelRegistry
 from models.store import FileRow, ModelStore
-from models.user import Declaration, register
 from tests.app.test_jobs_celery import postgres_url  # noqa: F401 (a fixture)
 
 W = [1.0, -2.0, 0.5, 3.0]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from models import BUILTINS, TextModel
-from models import text as text_model
-from models.text import CHECK_SET, load_sentiment_minilm
+from models.builtin import text as text_model
+from models.builtin.text import CHECK_SET, load_sentiment_minilm
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from models.adapters.user import register
 from models.declaration import Declaration
-from models.user import register
 from tests import byom_models as bm
 
 # name -> (builder, the DataFrame it was fitted on: dataset kind, categorical column)

@@ -1,5 +1,5 @@
 """Uploads that cannot touch the host: TorchScript operator allow-list, zip inflation, ONNX
-external data, booster structure, .npy headers (models/torchscript_check.py, archive.py,
+external data, booster structure, .npy headers (models/adapters/torchscript_check.py, archive.py,
 onnx.py, booster_check.py, lightgbm_check.py, user.load_background)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from models.archive import ArchiveTooLargeError, check_inflation, check_sizes
+from models.adapters.archive import ArchiveTooLargeError, check_inflation, check_sizes
+from models.adapters.torchscript_check import check_module, check_source, denied
+from models.adapters.user import _torchscript, load_background
 from models.declaration import Declaration, InvalidModelError
-from models.torchscript_check import check_module, check_source, denied
-from models.user import _torchscript, load_background
 from tests import byom_models as bm
 from tests import image_models as im
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from models.adapters.user import register
 from models.base import ModelError
 from models.declaration import Declaration, InvalidModelError
-from models.user import register
 
 
 class _TokenIds(torch.nn.Module):

@@ -8,7 +8,7 @@ import numpy as np
 import shap
 
 from explainers import shapley_values
-from explainers.maskers import MaskedModelGame
+from explainers.games.masked import MaskedModelGame
 from models.registry import ModelRegistry
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from explainers import shapley_values
-from explainers.maskers import MaskedModelGame
+from explainers.games.masked import MaskedModelGame
 from tests.explainers.shapley_oracles import float32_exact
 
 shap = pytest.importorskip("shap")
