@@ -67,13 +67,15 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def own_seconds(fit: str, coalitions: float, players: int) -> float:
-    """Predicted own seconds of `fit` ("kernel" or "gp") at this many coalitions and players."""
+def own_seconds(fit: str, coalitions: float | np.ndarray, players: int) -> Any:
+    """Predicted own seconds of `fit` ("kernel" or "gp") at these coalitions (a number or an
+    array) and players: OWN_S interpolated in log-log, clamped at the edges."""
     table = np.asarray(OWN_S[fit])  # [players, coalitions]
-    lm = np.log(np.clip(coalitions, OWN_COALITIONS[0], OWN_COALITIONS[-1]))
-    rows = [np.interp(lm, np.log(OWN_COALITIONS), row) for row in table]
     ln = np.log(np.clip(players, OWN_PLAYERS[0], OWN_PLAYERS[-1]))
-    return float(np.interp(ln, np.log(OWN_PLAYERS), rows))
+    row = np.array([np.interp(ln, np.log(OWN_PLAYERS), col) for col in table.T])  # [coalitions]
+    lm = np.log(np.clip(coalitions, OWN_COALITIONS[0], OWN_COALITIONS[-1]))
+    out = np.interp(lm, np.log(OWN_COALITIONS), row)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def rmse_ratio(coalitions: float, players: int) -> float:
@@ -147,7 +149,7 @@ def decide(cost: float, coalitions: int, players: int, left: float | None = None
     if left is not None:
         wall = min(wall, left)
     grid = np.unique(np.linspace(1, coalitions, 256).astype(int))
-    spent = grid * cost + np.array([own_seconds("gp", m, players) for m in grid])
+    spent = grid * cost + own_seconds("gp", grid, players)
     fits = grid[spent <= wall]
     m_gp = int(fits.max()) if len(fits) else 0
     ratio = np.inf
