@@ -130,8 +130,8 @@ def test_own_time_model_monotone_in_coalitions() -> None:
 @pytest.mark.parametrize("name", ["breast-cancer-mlp", "digits-cnn"])
 def test_builtin_cheap_models_keep_kernel_with_details(name: str, model_dir) -> None:  # type: ignore[no-untyped-def]
     """The service's default request on a built-in model: kernel, and details.auto says why."""
-    from explainers import shapley
-    from models.builtin import dataset_split
+    from explainers.shapley import explainer as shapley
+    from models.builtin.trained import dataset_split
     from models.registry import ModelRegistry
 
     torch.set_num_threads(1)
