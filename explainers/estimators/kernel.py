@@ -14,7 +14,7 @@ jackknife groups above 1,024 players.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from itertools import combinations, pairwise
 from math import comb
@@ -25,9 +25,13 @@ from threadpoolctl import ThreadpoolController
 
 from explainers.estimators.base import Estimate, Target
 from explainers.estimators.rounds import Round, Slicer, caps, drive
+from explainers.explanation import Caveat
 from explainers.games import BudgetError, GameRecorder
 
 N_JACKKNIFE = 32
+INTERPOLATES = 1e-9  # drawn residuals at most this times max |v| : the fit interpolates ...
+INTERPOLATION_FLOOR = 3.0  # ... and error_std is at least this / draws x the pair range
+NOISE_RATIO = 0.2  # a floor above this times the largest |value| warns (caveats.NOISE_RATIO)
 SAMPLERS = ("kernel", "leverage")
 EXACT_JACKKNIFE_UP_TO = 512  # players; above: Cholesky solves and systems built in blocks
 LARGE_GROUPS_FROM = 1024  # players; above, the jackknife has N_JACKKNIFE_LARGE groups
@@ -282,6 +286,7 @@ def kernel(
 
 
 Fit = Callable[[Design, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray | None]]
+Warn = Callable[[int, int], Caveat | None]  # (coalitions, players) -> a warning of the design
 
 
 
@@ -289,8 +294,8 @@ class OnPlan:
     """An estimator on KernelSHAP's coalition plan and rounds with its own `fit` (the
     regression-adjusted and Gaussian-process estimators): same seed, budget and deadline."""
 
-    def __init__(self, fit: Fit, name: str) -> None:
-        self.fit, self.name = fit, name
+    def __init__(self, fit: Fit, name: str, warn: Warn | None = None) -> None:
+        self.fit, self.name, self.warn = fit, name, warn
 
     def __call__(
         self,
@@ -305,7 +310,7 @@ class OnPlan:
         self, recorder: GameRecorder, rng: np.random.Generator, sampler: str
     ) -> Iterator[Round]:
         """Rounds of coalitions (rounds.py), each estimate refitted on everything so far."""
-        return rounds(recorder, rng, sampler, fit=self.fit, name=self.name)
+        return rounds(recorder, rng, sampler, fit=self.fit, name=self.name, warn=self.warn)
 
 def rounds(
     recorder: GameRecorder,
@@ -313,6 +318,7 @@ def rounds(
     sampler: str,
     fit: Fit | None = None,
     name: str = "kernel",
+    warn: Warn | None = None,
 ) -> Iterator[Round]:
     """Rounds of coalitions (see rounds.py); each yields the estimate of all so far.
 
@@ -336,7 +342,9 @@ def rounds(
         values.append(slicer(masks))
         design = planner.design()
         yield Round(
-            partial(_estimate, recorder, design, tuple(values), fit or _blas_limited_fit, name),
+            partial(
+                _estimate, recorder, design, tuple(values), fit or _blas_limited_fit, name, warn
+            ),
             samples=design.n_pairs,
             coalitions=planner.size,
             index=index,
@@ -352,11 +360,17 @@ def _estimate(
     values: tuple[np.ndarray, ...],
     fit: Fit,
     name: str,
+    warn: Warn | None = None,
 ) -> Estimate:
     table = np.concatenate(values)  # [store rows, k]
     base, full = table[0], table[1]
-    phi, error = fit(plan, table - base[None, :], full - base)
-    return Estimate(
+    y = table - base[None, :]
+    phi, error = fit(plan, y, full - base)
+    floor = np.zeros(phi.shape[1])
+    if error is not None:  # whatever the fit: an answer that interpolates the draws (issue 28)
+        floor = interpolation_floor(plan, y, phi)
+        error = np.maximum(error, floor[None, :])
+    est = Estimate(
         values=recorder.shape_out(phi),
         base_value=recorder.shape_out(base),
         full_value=recorder.shape_out(full),
@@ -366,6 +380,10 @@ def _estimate(
         estimator=name,
         error_std=None if error is None else recorder.shape_out(error),
     )
+    caveat = floor_caveat(est, floor)
+    if caveat is None and warn is not None and not plan.exact:
+        caveat = warn(len(plan.masks), plan.masks.shape[1])
+    return est if caveat is None else replace(est, warnings=(caveat,))
 
 
 def _blas_limited_fit(
@@ -407,7 +425,52 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
             spread = ((loo - loo.mean(axis=0)) ** 2).sum(axis=0) * (groups - 1) / groups
             error = np.sqrt(spread)
         a, b = a + a_s, b + b_s
-    return _solve(a, b, total), error
+    phi = _solve(a, b, total)
+    if error is not None:
+        error = np.maximum(error, interpolation_floor(plan, y, phi))
+    return phi, error
+
+
+def interpolation_floor(plan: Design, y: np.ndarray, phi: np.ndarray) -> np.ndarray:
+    """The error floor of a design whose fit interpolates every drawn coalition (issue 28):
+    0 where any drawn residual is above rounding, else per output INTERPOLATION_FLOOR / draws
+    times the largest drawn pair difference |v(S) - v(N minus S)|. [k]
+
+    Where the additive fit reproduces every drawn pair, each delete-a-group refit is the same
+    fit and the jackknife reports ~1e-15, whatever the game is off the sample (a threshold game
+    at 4n: values 0.8 off). Such a sample cannot tell an additive game (values exact) from one
+    whose non-additive pairs were not drawn; by the rule of three, those pairs hold at most a
+    share 3 / draws of the pair distribution (95%), each moving the fit by up to the pair
+    differences' range: that is the floor. Not an estimate of the error: answers with it carry
+    a noisy_estimate warning when it is large against the values (`floor_caveat`).
+    """
+    if plan.exact or plan.n_pairs == 0:
+        return np.zeros(y.shape[1])
+    z = plan.masks[plan.draws].astype(np.float64)
+    resid = y[plan.draws] - z @ phi  # [2 * pairs, k]
+    diff = np.abs(y[plan.draws[0::2]] - y[plan.draws[1::2]]).max(axis=0)  # [k]
+    scale = np.maximum(np.abs(y).max(axis=0), 1e-300)
+    fitted = np.abs(resid).max(axis=0) <= INTERPOLATES * scale
+    return np.where(fitted, INTERPOLATION_FLOOR * diff / plan.n_pairs, 0.0)
+
+
+def floor_caveat(estimate: Estimate, floor: np.ndarray) -> Caveat | None:
+    """A noisy_estimate warning when the interpolation floor decides an error bar that is
+    large against the values (the budget cannot reach a calibrated error bar), else None."""
+    if estimate.error_std is None or not np.any(floor > 0):
+        return None
+    error = np.asarray(estimate.error_std).reshape(-1, floor.shape[0])
+    values = np.abs(np.asarray(estimate.values)).reshape(-1, floor.shape[0])
+    decided = np.any(error <= floor[None, :] * (1 + 1e-12), axis=0) & (floor > 0)
+    if not np.any(decided & (floor > NOISE_RATIO * values.max(axis=0))):
+        return None
+    return Caveat(
+        "noisy_estimate",
+        f"the additive fit reproduces every one of the {estimate.n_coalitions} sampled "
+        "coalitions, so the sample shows no spread: the values are exact if the game is "
+        "additive, else off by an amount this sample cannot see; error_std is a floor "
+        f"(rule of three over the draws), not an estimate: raise the budget",
+    )
 
 
 def _gram(upper: np.ndarray, x: np.ndarray, w: np.ndarray, alpha: float = 1.0) -> np.ndarray:
@@ -509,4 +572,4 @@ def _fit_large(
         loo.append(np.concatenate([h, total[None, :] - h.sum(axis=0, keepdims=True)]))
     stacked = np.stack(loo)
     spread = ((stacked - stacked.mean(axis=0)) ** 2).sum(axis=0) * (groups - 1) / groups
-    return phi, np.sqrt(spread)
+    return phi, np.maximum(np.sqrt(spread), interpolation_floor(plan, y, phi))
