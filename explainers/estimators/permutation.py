@@ -13,9 +13,12 @@ import numpy as np
 
 from explainers.estimators.base import Estimate, Target
 from explainers.estimators.rounds import Round, Slicer, caps, drive
+from explainers.explanation import Caveat
 from explainers.games import BudgetError, GameRecorder
 
 MAX_PERMUTATIONS = 1 << 16
+CALIBRATED_FROM = 32  # permutations; fewer: error_std is not calibrated (issue 28) ...
+UNIFORM = 1e-9  # ... and, there, a player whose draws agree to this times their range a floor
 
 
 def min_coalitions(n: int) -> int:
@@ -116,6 +119,9 @@ def _estimate(
     per_perm = np.concatenate(done)  # [p, n, k]
     p = per_perm.shape[0]
     error = per_perm.std(axis=0, ddof=1) / np.sqrt(p) if p > 1 else None
+    if error is not None and p < CALIBRATED_FROM:  # from there, agreeing draws: a dummy
+        error = np.maximum(error, _agreement_floor(per_perm))
+    warnings = () if p >= CALIBRATED_FROM else (_few_caveat(p),)
     return Estimate(
         values=recorder.shape_out(per_perm.mean(axis=0)),
         base_value=recorder.shape_out(base),
@@ -125,4 +131,30 @@ def _estimate(
         n_coalitions=recorder.n_coalitions,
         estimator="permutation",
         error_std=None if error is None else recorder.shape_out(error),
+        warnings=warnings,
+    )
+
+
+def _agreement_floor(per_perm: np.ndarray) -> np.ndarray:
+    """Per player, 3 / p times the range of every drawn marginal contribution where the
+    player's p draws all agree, else 0 (issue 28). [n, k]
+
+    A player pivotal in few orderings (a threshold game) can show the same contribution in
+    every drawn permutation: the sample standard error is 0 whatever its value. By the rule of
+    three the orderings where it differs hold at most a share 3 / p (95%), each moving the mean
+    by at most the contributions' range.
+    """
+    p = per_perm.shape[0]
+    spread = np.ptp(per_perm, axis=(0, 1))  # [k] over all players and permutations
+    agree = np.ptp(per_perm, axis=0) <= UNIFORM * np.maximum(spread, 1e-300)[None, :]
+    return np.where(agree, 3.0 / p * spread[None, :], 0.0)
+
+
+def _few_caveat(p: int) -> Caveat:
+    return Caveat(
+        "noisy_estimate",
+        f"error_std is a standard error over {p} permutations, fewer than {CALIBRATED_FROM}: "
+        "too few to see skewed marginal contributions (a player pivotal in few orderings), so "
+        "players whose draws all agree get a rule-of-three floor, not an estimate; raise the "
+        "budget",
     )
