@@ -258,7 +258,7 @@ def few_caveat(coalitions: int, players: int) -> Caveat | None:
     if coalitions >= CALIBRATED_FROM * players:
         return None
     return Caveat(
-        "noisy_estimate",
+        "uncalibrated_error",
         f"gp's error_std at {coalitions} coalitions for {players} players (under "
         f"{CALIBRATED_FROM} per player) is not calibrated: on held-out threshold games 0.80-0.88 "
         "of values were within 2 error_std there (docs/benchmarks.md); raise the budget",

@@ -442,7 +442,7 @@ def interpolation_floor(plan: Design, y: np.ndarray, phi: np.ndarray) -> np.ndar
     whose non-additive pairs were not drawn; by the rule of three, those pairs hold at most a
     share 3 / draws of the pair distribution (95%), each moving the fit by up to the pair
     differences' range: that is the floor. Not an estimate of the error: answers with it carry
-    a noisy_estimate warning when it is large against the values (`floor_caveat`).
+    an uncalibrated_error warning when it is large against the values (`floor_caveat`).
     """
     if plan.exact or plan.n_pairs == 0:
         return np.zeros(y.shape[1])
@@ -455,7 +455,7 @@ def interpolation_floor(plan: Design, y: np.ndarray, phi: np.ndarray) -> np.ndar
 
 
 def floor_caveat(estimate: Estimate, floor: np.ndarray) -> Caveat | None:
-    """A noisy_estimate warning when the interpolation floor decides an error bar that is
+    """An uncalibrated_error warning when the interpolation floor decides an error bar that is
     large against the values (the budget cannot reach a calibrated error bar), else None."""
     if estimate.error_std is None or not np.any(floor > 0):
         return None
@@ -465,7 +465,7 @@ def floor_caveat(estimate: Estimate, floor: np.ndarray) -> Caveat | None:
     if not np.any(decided & (floor > NOISE_RATIO * values.max(axis=0))):
         return None
     return Caveat(
-        "noisy_estimate",
+        "uncalibrated_error",
         f"the additive fit reproduces every one of the {estimate.n_coalitions} sampled "
         "coalitions, so the sample shows no spread: the values are exact if the game is "
         "additive, else off by an amount this sample cannot see; error_std is a floor "

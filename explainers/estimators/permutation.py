@@ -152,7 +152,7 @@ def _agreement_floor(per_perm: np.ndarray) -> np.ndarray:
 
 def _few_caveat(p: int) -> Caveat:
     return Caveat(
-        "noisy_estimate",
+        "uncalibrated_error",
         f"error_std is a standard error over {p} permutations, fewer than {CALIBRATED_FROM}: "
         "too few to see skewed marginal contributions (a player pivotal in few orderings), so "
         "players whose draws all agree get a rule-of-three floor, not an estimate; raise the "
