@@ -17,6 +17,10 @@
   the model never saw (a zero baseline on raw-unit features).
 - `input_out_of_range`: a tabular feature outside the range of the model's own data (training
   split, else its background): the model extrapolates there.
+- `uncalibrated_error` (from the estimators, issue 28): error_std is a floor or not calibrated
+  at this budget: a fit that reproduces every drawn coalition (kernel's interpolation floor),
+  permutation players whose few drawn contributions all agree, gp below 32 and msr below 8
+  coalitions per player (held-out coverage under 0.9 there, docs/benchmarks.md).
 Explainer-specific caveats (e.g. UNI's `baseline_not_reached`) come with the explanations.
 """
 

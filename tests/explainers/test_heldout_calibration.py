@@ -12,7 +12,7 @@ import pytest
 from explainers import shapley_values
 from tests.explainers.heldout_games import FAMILIES, game
 
-SAMPLED = ("kernel", "gp", "permutation")
+SAMPLED = ("kernel", "gp", "permutation", "surrogate_kernel", "msr")
 COVERAGE = 0.9
 
 
