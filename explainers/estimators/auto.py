@@ -134,9 +134,10 @@ class Choice:
             "coalitions": self.coalitions,
             "predicted_own_s": dict(self.own_s),
             "gp_coalitions_at_equal_time": self.gp_coalitions_at_equal_time,
-            # None: gp's fit alone would not fit in kernel's time
-            "predicted_gp_rmse_vs_kernel": (
-                ratio if np.isfinite(ratio := self.predicted_rmse_vs_kernel) else None
+            **(  # left out where gp's fit alone would not fit in kernel's time
+                {"predicted_gp_rmse_vs_kernel": ratio}
+                if np.isfinite(ratio := self.predicted_rmse_vs_kernel)
+                else {}
             ),
             **self.extra,
         }
