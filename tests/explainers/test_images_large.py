@@ -245,4 +245,8 @@ def test_kernel_at_4096_players_is_exact_on_an_additive_game() -> None:
     assert not est.exact and est.error_std is not None
     assert np.all(np.isfinite(est.values)) and np.all(np.isfinite(est.error_std))
     np.testing.assert_allclose(est.values[:, 0], coef, atol=1e-8)
-    assert float(est.error_std.max()) < 1e-6
+    # The fit reproduces every drawn pair, so its error bar is the interpolation floor (issue 28:
+    # the sample cannot tell an additive game from one whose non-additive pairs were not drawn),
+    # rule of three over the draws: small against the values, so no warning
+    assert 0.0 < float(est.error_std.max()) < 0.05 * float(np.abs(coef).max())
+    assert "uncalibrated_error" not in {w.code for w in est.warnings}
