@@ -89,3 +89,19 @@ class Estimate:
             total = np.asarray(sum(self.interactions.values()), dtype=np.float64)
             return np.abs(total + self.base_value - self.full_value)
         return np.abs(self.values.sum(axis=0) + self.base_value - self.full_value)
+
+
+def uncalibrated_below(
+    estimator: str, coalitions: int, players: int, per_player: int, evidence: str
+) -> Caveat | None:
+    """An uncalibrated_error warning for an answer under `per_player` coalitions per player,
+    where held-out games put fewer than 90% of values within 2 error_std (`evidence` says what
+    was measured there; issue 28), else None."""
+    if coalitions >= per_player * players:
+        return None
+    return Caveat(
+        "uncalibrated_error",
+        f"{estimator}'s error_std at {coalitions} coalitions for {players} players (under "
+        f"{per_player} per player) is not calibrated: on held-out {evidence} "
+        "(docs/benchmarks.md); raise the budget",
+    )

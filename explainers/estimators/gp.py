@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from explainers.estimators import kernel
+from explainers.estimators.base import uncalibrated_below
 from explainers.estimators.gp_prior import (
     Prior,
     _blas,
@@ -253,16 +254,9 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
 
 
 def few_caveat(coalitions: int, players: int) -> Caveat | None:
-    """A warning below CALIBRATED_FROM coalitions per player (held-out threshold games: 0.80-0.88
-    of values within 2 error_std at 4n-16n, bench/calibration_bench.py), else None."""
-    if coalitions >= CALIBRATED_FROM * players:
-        return None
-    return Caveat(
-        "uncalibrated_error",
-        f"gp's error_std at {coalitions} coalitions for {players} players (under "
-        f"{CALIBRATED_FROM} per player) is not calibrated: on held-out threshold games 0.80-0.88 "
-        "of values were within 2 error_std there (docs/benchmarks.md); raise the budget",
-    )
+    """A warning below CALIBRATED_FROM coalitions per player (bench/calibration_bench.py)."""
+    evidence = "threshold games 0.80-0.88 of values were within 2 error_std there"
+    return uncalibrated_below("gp", coalitions, players, CALIBRATED_FROM, evidence)
 
 
 # Gaussian-process Shapley values, in rounds (rounds.py).

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from explainers.estimators.base import Estimate, Target
+from explainers.estimators.base import Estimate, Target, uncalibrated_below
 from explainers.estimators.rounds import Round, Slicer, caps, drive
 from explainers.explanation import Caveat
 from explainers.games import BudgetError, GameRecorder
@@ -232,15 +232,8 @@ def _estimate(
 
 
 def _few(coalitions: int, players: int) -> tuple[Caveat, ...]:
-    """... below it, a warning (held-out max games at 4n: 0.865 of values within 2 error_std,
-    bench/calibration_bench.py; the threshold was set after seeing those games)."""
-    if coalitions >= CALIBRATED_FROM * players:
-        return ()
-    return (
-        Caveat(
-            "uncalibrated_error",
-            f"msr's error_std at {coalitions} coalitions for {players} players (under "
-            f"{CALIBRATED_FROM} per player) is not calibrated: on held-out max games 0.865 of "
-            "values were within 2 error_std at 4n (docs/benchmarks.md); raise the budget",
-        ),
-    )
+    """... below it, a warning (bench/calibration_bench.py; the threshold was set after seeing
+    those games)."""
+    evidence = "max games 0.865 of values were within 2 error_std at 4n"
+    caveat = uncalibrated_below("msr", coalitions, players, CALIBRATED_FROM, evidence)
+    return () if caveat is None else (caveat,)
