@@ -36,23 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from bench.protocol import ratio_interval, wilson  # noqa: E402
 from explainers import shapley_values  # noqa: E402
 from tests.explainers.heldout_games import FAMILIES, HeldOutGame, game  # noqa: E402
 
 warnings.filterwarnings("ignore")
 ESTIMATORS = ("kernel", "permutation", "gp", "surrogate_kernel", "msr")
 PEERS = ("shap Kernel", "shapiq KernelSHAP", "shapiq kADDSHAP")
-Z90 = 1.6448536269514722
-
-
-def wilson(hits: int, total: int, z: float = Z90) -> tuple[float, float]:
-    """Wilson score interval of a proportion (90% by default)."""
-    if total == 0:
-        return float("nan"), float("nan")
-    p = hits / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * np.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return float(centre - half), float(centre + half)
 
 
 def peers(g: HeldOutGame) -> dict[str, Callable[[int, int], np.ndarray]]:
@@ -137,27 +127,6 @@ def run(
     return {"within": within, "collapsed": collapsed, "warned": warned, "sq": sq}
 
 
-def ratio_interval(
-    ours: np.ndarray, peer_sq: dict[str, np.ndarray], reps: int = 2000, seed: int = 0
-) -> tuple[float, float, float, str]:
-    """RMSE(ours) / min over peers RMSE, and a 90% bootstrap interval over answers (paired:
-    the same resampled answers for every contender). NaN without peers."""
-    if not peer_sq:
-        return float("nan"), float("nan"), float("nan"), "-"
-    names = [k for k, v in peer_sq.items() if np.all(np.isfinite(v))]
-    if not names:
-        return float("nan"), float("nan"), float("nan"), "-"
-    stack = np.stack([peer_sq[k] for k in names])  # [peers, answers]
-    rmse = np.sqrt(stack.mean(axis=1))
-    best = int(np.argmin(rmse))
-    point = float(np.sqrt(ours.mean()) / rmse[best])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(ours), size=(reps, len(ours)))
-    boot = np.sqrt(ours[idx].mean(axis=1)) / np.sqrt(stack[:, idx].mean(axis=2)).min(axis=0)
-    lo, hi = np.quantile(boot, [0.05, 0.95])
-    return point, float(lo), float(hi), names[best]
-
-
 def table(raw: dict[str, Any], families: tuple[str, ...], estimators: tuple[str, ...],
           budgets: tuple[int, ...]) -> list[str]:
     lines = [
@@ -177,11 +146,10 @@ def table(raw: dict[str, Any], families: tuple[str, ...], estimators: tuple[str,
                     p: np.array(raw["sq"][(p, family, mult)]) for p in PEERS
                     if (p, family, mult) in raw["sq"]
                 }
-                point, rlo, rhi, best = ratio_interval(np.array(raw["sq"][key]), peer_sq)
-                ratio = f"{point:.2f} [{rlo:.2f}, {rhi:.2f}]" if np.isfinite(point) else "-"
+                ratio = ratio_interval(np.array(raw["sq"][key]), peer_sq)
                 lines.append(
                     f"| {name} | {family} | {mult}n | {share} | {raw['collapsed'][key]} | "
-                    f"{w_hits}/{w_total} | {ratio} | {best} |"
+                    f"{w_hits}/{w_total} | {ratio} | {ratio.best} |"
                 )
     return lines
 
