@@ -51,7 +51,9 @@ Fn = Callable[[int, int], np.ndarray]  # (coalitions, seed) -> values [n]
 
 
 def own_table(reps: int = 3) -> None:
-    """Own seconds of kernel and gp on a near-free game, min of `reps` (auto.OWN_S)."""
+    """Own seconds of kernel and gp on a near-free game, min of `reps` (auto.OWN_S), with the
+    machine probe before and after (auto.PROBE_REF_S: their mean)."""
+    before = auto.probe()
     print("players coalitions kernel_s gp_s")
     for n in auto.OWN_PLAYERS:
         rng = np.random.default_rng(0)
@@ -73,6 +75,9 @@ def own_table(reps: int = 3) -> None:
                     times.append(time.perf_counter() - t0)
                 row.append(min(times))
             print(n, m, f"{row[0]:.4f} {row[1]:.4f}", flush=True)
+    after = auto.probe()
+    mean = (before + after) / 2
+    print(f"probe before {before:.5f} s, after {after:.5f} s: PROBE_REF_S {mean:.5f}")
 
 
 def peers(

@@ -10,12 +10,18 @@ coalitions (RMSE_RATIO), with KernelSHAP's 1/sqrt(m) rate [Lundberg & Lee (2017)
 time (AUTO_COST=0 in the environment: the static rule of `registry.choose_estimator` instead).
 
 The rule: with m coalitions (the budget), c seconds per coalition and T = m c + own_kernel(m, n)
-(KernelSHAP's wall time; the time left where a deadline is nearer), gp could have spent m_g
-coalitions in T (m_g c + own_gp(m_g, n) <= T); gp answers when its predicted error
+(KernelSHAP's wall time; the time left where a deadline is nearer; own times are OWN_S scaled
+by the machine's slowness now, `speed()`), gp could have spent m_g coalitions in T
+(m_g c + own_gp(m_g, n) <= T); gp answers when its predicted error
 ratio(m_g / n) / sqrt(m_g) is below KernelSHAP's 1 / sqrt(m). On a cheap model (microseconds per
 coalition) own_gp dominates and m_g is small: KernelSHAP; on an expensive one (>= 1 ms per
 coalition) m_g is nearly m: gp. gp then spends the whole budget (a lower error still, in
 about own_gp more seconds).
+
+Own times move with the machine and its load, the model's measured cost moves with them, and a
+fixed table would shift the choice: `speed()` times a fixed piece of gp-like linear algebra
+(PROBE, one BLAS thread, a few milliseconds, at most every PROBE_EVERY_S seconds per process)
+and scales OWN_S by its ratio to PROBE_REF_S, the same probe timed when OWN_S was measured.
 """
 
 from __future__ import annotations
@@ -60,6 +66,44 @@ OWN_S: dict[str, tuple[tuple[float, ...], ...]] = {
 # words). Below 3n auto takes gp by rule (registry.GP_BELOW).
 RATIO_PER_PLAYER = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 RMSE_RATIO = (0.50, 0.69, 0.66, 0.64, 0.54, 0.45)
+
+
+# The probe: Cholesky factorisation and solve of a PROBE_ROWS-row kernel matrix of random
+# coalitions, one BLAS thread, min of 5. PROBE_REF_S: its seconds in the run that measured OWN_S.
+PROBE_ROWS = 256
+PROBE_REF_S = 0.0005  # estimated: 1.9 ms at load 6 when gp took 3.8x OWN_S (median over cells)
+PROBE_EVERY_S = 30.0
+SPEED_BOUNDS = (0.2, 5.0)  # a probe beyond these (a stall) is clamped
+_speed: tuple[float, float] | None = None  # (monotonic time of the probe, factor)
+
+
+def probe() -> float:
+    """Seconds of the probe (min of 5), on one BLAS thread."""
+    from explainers.estimators.kernel import _blas
+
+    rng = np.random.default_rng(0)
+    z = (rng.random((PROBE_ROWS, 32)) < 0.5).astype(float)
+    k = np.exp(z @ z.T / 16.0) + np.eye(PROBE_ROWS)
+    y = rng.normal(size=PROBE_ROWS)
+    best = np.inf
+    with _blas().limit(limits=1, user_api="blas"):
+        for _ in range(5):
+            t0 = time.perf_counter()
+            low = np.linalg.cholesky(k)
+            np.linalg.solve(low.T, np.linalg.solve(low, y))
+            best = min(best, time.perf_counter() - t0)
+    return float(best)
+
+
+def speed(now: float | None = None) -> float:
+    """The machine's slowness now relative to OWN_S's run (2.0: fits take twice as long): the
+    probe over PROBE_REF_S, re-timed at most every PROBE_EVERY_S seconds, clamped."""
+    global _speed
+    now = time.monotonic() if now is None else now
+    if _speed is None or now - _speed[0] >= PROBE_EVERY_S:
+        factor = float(np.clip(probe() / PROBE_REF_S, *SPEED_BOUNDS))
+        _speed = (now, factor)
+    return _speed[1]
 
 
 def enabled() -> bool:
@@ -143,14 +187,21 @@ class Choice:
         }
 
 
-def decide(cost: float, coalitions: int, players: int, left: float | None = None) -> Choice:
-    """kernel or gp for `coalitions` at `cost` seconds per coalition (the rule: module doc)."""
-    own = {f: own_seconds(f, coalitions, players) for f in ("kernel", "gp")}
+def decide(
+    cost: float,
+    coalitions: int,
+    players: int,
+    left: float | None = None,
+    slowness: float = 1.0,
+) -> Choice:
+    """kernel or gp for `coalitions` at `cost` seconds per coalition, with own times OWN_S x
+    `slowness` (`speed()`; the rule: module doc)."""
+    own = {f: slowness * own_seconds(f, coalitions, players) for f in ("kernel", "gp")}
     wall = coalitions * cost + own["kernel"]
     if left is not None:
         wall = min(wall, left)
     grid = np.unique(np.linspace(1, coalitions, 256).astype(int))
-    spent = grid * cost + own_seconds("gp", grid, players)
+    spent = grid * cost + slowness * own_seconds("gp", grid, players)
     fits = grid[spent <= wall]
     m_gp = int(fits.max()) if len(fits) else 0
     ratio = np.inf
@@ -173,7 +224,8 @@ def decide(cost: float, coalitions: int, players: int, left: float | None = None
             f"coalitions in kernel's {wall:.3f} s at {ms:.4f} ms a coalition: predicted "
             f"{ratio:.2f}x kernel's error"
         )
-    return Choice(chosen, why, cost, coalitions, own, m_gp, float(ratio))
+    extra = {"machine_slowness": round(slowness, 3)}
+    return Choice(chosen, why, cost, coalitions, own, m_gp, float(ratio), extra=extra)
 
 
 class Chooser:
@@ -190,7 +242,7 @@ class Chooser:
 
         if self.choice is None:
             self.choice = decide(
-                self.timed.per_coalition, len(plan.masks), self.players, time_left()
+                self.timed.per_coalition, len(plan.masks), self.players, time_left(), speed()
             )
         if self.choice.chosen == "gp":
             return gp._fit(plan, y, total)
