@@ -17,7 +17,12 @@ would make; the peers read the same values from the exact table):
   time; the values are the game's);
 - cnn224: a random torch CNN on 3 x 224 x 224 images, 4 x 3 patches (12 players, zero baseline),
   one real forward pass per coalition (milliseconds on one core);
-- sentiment: sentiment-minilm word players (the service's text game; real MiniLM passes).
+- sentiment: sentiment-minilm word players (the service's text game; real MiniLM passes);
+- mlserver: a real MLServer (mlserver-sklearn, .peers/mlserver from scripts/setup_mlserver.sh)
+  serving a scikit-learn MLP and a gradient-boosting regressor on Friedman #1 with 12 features
+  (neither family was used to tune anything), called through the service's Open Inference
+  Protocol client (models/adapters/remote.py) with a 10-row background: the row's label gives
+  the measured seconds per coalition.
 Cheap games (`walltime`): the held-out games as they are and 16-feature tanh MLPs with 50
 background rows (microseconds per coalition); each peer at 4n..64n coalitions, and auto's
 error at its own wall time against each peer's error at the largest budget it finished in that
@@ -34,6 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,6 +228,54 @@ def sentiment(count: int = 2) -> list[Game]:
     return out
 
 
+def remote_models() -> list[Any]:
+    """An MLP and a gradient-boosting regressor on Friedman #1, 12 features (fixed seeds)."""
+    from sklearn.datasets import make_friedman1
+    from sklearn.ensemble import GradientBoostingRegressor
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from tests.peers.mlserver import PeerModel
+
+    x, y = make_friedman1(n_samples=2000, n_features=12, noise=0.5, random_state=0)
+    x = x.astype(np.float32)
+    names = [f"x{i}" for i in range(12)]
+    mlp = make_pipeline(
+        StandardScaler(), MLPRegressor(hidden_layer_sizes=(32, 16), max_iter=1000, random_state=0)
+    ).fit(x, y)
+    gbr = GradientBoostingRegressor(n_estimators=200, max_depth=4, random_state=0).fit(x, y)
+    return [
+        PeerModel(name, "regression", est, names, ["y"], "predict", x)
+        for name, est in (("friedman-mlp", mlp), ("friedman-gbr", gbr))
+    ]
+
+
+def remote_games(peer: Any, background: int = 10, explicands: int = 2) -> list[Game]:
+    """Interventional games of the served models through the service's OIP client: v(S) is
+    the mean over the background of the remote prediction with the explicand's features in S."""
+    from models.adapters.remote import RemoteClient
+
+    out = []
+    for name, m in peer.models.items():
+        client = RemoteClient(peer.model_url(name), timeout_s=60.0, output=m.remote_output)
+        bg = m.x[:background]
+        for e in range(explicands):
+            xe = m.x[1000 + e]
+
+            def value(masks: np.ndarray, client=client, xe=xe, bg=bg) -> np.ndarray:  # type: ignore[no-untyped-def]
+                rows = np.where(masks[:, None, :], xe[None, None], bg[None])
+                pred = client(rows.reshape(-1, rows.shape[-1]))[:, 0].astype(np.float64)
+                return pred.reshape(len(masks), len(bg)).mean(1)
+
+            probe = np.random.default_rng(0).random((256, 12)) < 0.5
+            t0 = time.perf_counter()
+            value(probe)
+            per = (time.perf_counter() - t0) / len(probe)
+            out.append(Game(f"{name} row {e} ({per * 1e3:.2f} ms/coalition)", value, 12))
+    return out
+
+
 def ours(g: Game, costly: bool) -> Callable[[int, int], tuple[np.ndarray, float, str]]:
     def run(coalitions: int, seed: int) -> tuple[np.ndarray, float, str]:
         t0 = time.perf_counter()
@@ -251,10 +305,12 @@ def ratio_ci(auto_rmse: dict[str, np.ndarray], best: dict[str, np.ndarray], rng:
     return stat(None), float(lo), float(hi)
 
 
-def equal_coalitions(games: list[Game], seeds: int, costly: bool, label: str) -> None:
+def equal_coalitions(
+    games: list[Game], seeds: int, costly: bool, label: str, pers: tuple[int, ...] = (4, 8, 16, 32)
+) -> None:
     n = games[0].n
     rows = []
-    for per in (4, 8, 16, 32):
+    for per in pers:
         m = per * n
         a_rmse, p_rmse, chosen = {}, {}, set()
         for g in games:
@@ -341,7 +397,9 @@ def main() -> None:
     parser.add_argument("what", choices=("own", "coalitions", "walltime"))
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--cases", default="heldout-remote,cnn224,sentiment")
+    parser.add_argument("--pers", default="4,8,16,32", help="coalitions per player (coalitions)")
     args = parser.parse_args()
+    pers = tuple(int(p) for p in args.pers.split(","))
     threadpool_limits(1)
     cpu = platform.processor() or platform.machine()
     print(f"# {cpu}, {os.cpu_count()} cores (shared), load {os.getloadavg()[0]:.1f}, one BLAS "
@@ -358,11 +416,26 @@ def main() -> None:
                 for g in heldout(1e-3):
                     by_n.setdefault(g.n, []).append(g)
                 for n, gs in sorted(by_n.items()):
-                    equal_coalitions(gs, args.seeds, False, f"held-out, remote 1 ms ({n} pl.)")
+                    label = f"held-out, remote 1 ms ({n} pl.)"
+                    equal_coalitions(gs, args.seeds, False, label, pers)
             elif case == "cnn224":
-                equal_coalitions(cnn224(), args.seeds, False, "cnn 3x224x224 (12 patches)")
+                equal_coalitions(cnn224(), args.seeds, False, "cnn 3x224x224 (12 patches)", pers)
             elif case == "sentiment":
-                equal_coalitions(sentiment(), args.seeds, True, "sentiment-minilm words")
+                equal_coalitions(sentiment(), args.seeds, True, "sentiment-minilm words", pers)
+            elif case == "mlserver":
+                import tempfile
+
+                from tests.peers.mlserver import mlserver_peer
+
+                with (
+                    tempfile.TemporaryDirectory() as folder,
+                    mlserver_peer(Path(folder), remote_models()) as peer,
+                ):
+                    games = remote_games(peer)
+                    for g in games:
+                        print(f"# {g.name}", flush=True)
+                    label = "real MLServer, Friedman #1 MLP + GBR (12 pl., 10 bg rows)"
+                    equal_coalitions(games, args.seeds, False, label, pers)
         return
     print("| games | auto coalitions | auto chose | auto ms | auto RMSE / best peer at equal "
           "time [90%] |")  # fmt: skip

@@ -178,10 +178,13 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, names: list[str], log: 
 
 
 @contextmanager
-def mlserver_peer(folder: Path) -> Iterator[MLServerPeer]:
-    """Train the models into `folder`, start MLServer on free loopback ports, stop it after."""
+def mlserver_peer(
+    folder: Path, models: list[PeerModel] | None = None
+) -> Iterator[MLServerPeer]:
+    """Train the models (default: `train_models()`) into `folder`, start MLServer on free
+    loopback ports, stop it after."""
     binary = require_peers()
-    models = train_models()
+    models = train_models() if models is None else models
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     write_repository(folder, models, ports)
     # MLSERVER_* variables of the caller would override settings.json; start from a clean slate.
