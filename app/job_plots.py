@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from app.errors import InvalidInput
+from app.jobs.results import AuditResult, flat
 from app.plots import NEGATIVE, POSITIVE, VEGA_LITE_SCHEMA
 
 GlobalKind = Literal["summary", "beeswarm", "dependence"]
@@ -38,19 +39,21 @@ class Audit:
     title: str
 
 
-def audit(results: list[dict[str, Any]], title: str) -> Audit:
-    ok = [r for r in results if "explanation" in r]
+def audit(results: list[AuditResult], title: str) -> Audit:
+    """The successful explanations that share the first one's players; with several targets
+    each instance's explanations are points of their class (shap's multi-output summary)."""
+    ok = [(r.feature_names, r.explanation) for r in flat(results) if r.explanation is not None]
     if not ok:
         raise InvalidInput("the audit has no successful explanation to plot")
-    names = list(ok[0].get("feature_names") or [])
+    names = list(ok[0][0] or ())
     if not names:
         raise InvalidInput(
             "text audits have different players per instance: no global plot "
             "(plot each instance with /v2/plots)"
         )
     n = len(names)
-    same = [r for r in ok if r["feature_names"] == names and len(r["explanation"]["values"]) == n]
-    values = np.array([r["explanation"]["values"] for r in same], dtype=float)
+    same = [e for players, e in ok if list(players or ()) == names and len(e.values) == n]
+    values = np.array([e.values for e in same], dtype=float)
     if not np.all(np.isfinite(values)):
         raise InvalidInput("the audit's values are not all finite")
     data: np.ndarray | None
@@ -62,14 +65,14 @@ def audit(results: list[dict[str, Any]], title: str) -> Audit:
                         [raw[k] for k in names] if isinstance(raw, dict) else raw, dtype=float
                     )
                 )
-                for raw in (r["explanation"]["data"] for r in same)
+                for raw in (e.data for e in same)
             ]
         )
     except (TypeError, ValueError, KeyError):  # no data, strings, ragged instances
         data = None
     if data is not None and data.shape != values.shape:
         data = None  # image patches or tokens: a player is no single column
-    classes = [str(r["explanation"].get("output_name", "")) for r in same]
+    classes = [e.output_name for e in same]
     return Audit(names, values, data, classes, f"{title} · {len(same)} instances")
 
 

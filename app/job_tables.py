@@ -14,7 +14,7 @@ import io
 import json
 from typing import Any
 
-from xai.results import feature_row, flat_results
+from app.jobs.results import AuditResult, flat
 
 COMMON = [
     "index",
@@ -29,42 +29,43 @@ COMMON = [
 ]
 
 
-def rows(results: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """(columns, one dict per instance) from results as GET /v2/jobs/{id}/results gives them."""
-    results = flat_results(results)  # several targets: a row per instance and output
-    ok = [r for r in results if "explanation" in r]
-    names = list(ok[0].get("feature_names") or []) if ok else []
+def rows(results: list[AuditResult]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, one dict per row) from results as GET /v2/jobs/{id}/results gives them."""
+    table = flat(results)  # several targets: a row per instance and output
+    ok = [r for r in table if r.explanation is not None]
+    names = tuple(ok[0].feature_names or ()) if ok else ()
     columns = list(COMMON)
     if names:
         columns += [f"value.{n}" for n in names] + [f"input.{n}" for n in names]
     elif ok:
         columns += ["players", "values"]
     out = []
-    for r in results:
+    for r in table:
         row: dict[str, Any] = dict.fromkeys(columns)
-        row["index"] = r.get("index")
-        if "explanation" not in r:
-            row["error"] = f"{r.get('code', 'error')}: {r.get('error', '')}"
+        row["index"] = r.index
+        e = r.explanation
+        if e is None:
+            code = "error" if r.code is None else r.code
+            row["error"] = f"{code}: {'' if r.error is None else r.error}"
             out.append(row)
             continue
-        e = r["explanation"]
         row.update(
-            output_index=e.get("output_index"),
-            output_name=e.get("output_name"),
-            base_value=e.get("base_value"),
-            output_value=e.get("instance_output_value"),
-            exact=e.get("exact"),
-            estimator=e.get("estimator"),
-            warnings=";".join(w["code"] for w in e.get("warnings") or []),
+            output_index=e.output_index,
+            output_name=e.output_name,
+            base_value=e.base_value,
+            output_value=e.instance_output_value,
+            exact=e.exact,
+            estimator=e.estimator,
+            warnings=";".join(e.warnings),
         )
-        if names and r.get("feature_names") == names:
-            row.update({f"value.{n}": v for n, v in zip(names, e["values"], strict=False)})
-            data = feature_row(e.get("data"), names)  # a row or a {feature: value} object
+        if names and r.feature_names == names:
+            row.update({f"value.{n}": v for n, v in zip(names, e.values, strict=False)})
+            data = e.feature_row(names)  # a row or a {feature: value} object
             if data is not None and all(_number(x) for x in data):
                 row.update({f"input.{n}": float(x) for n, x in zip(names, data, strict=True)})
         elif not names:
-            row["players"] = json.dumps([p["text"] for p in e.get("players") or []])
-            row["values"] = json.dumps(e["values"])
+            row["players"] = json.dumps(list(e.players))
+            row["values"] = json.dumps(list(e.values))
         out.append(row)
     return columns, out
 
@@ -73,7 +74,7 @@ def _number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
-def to_csv(results: list[dict[str, Any]]) -> bytes:
+def to_csv(results: list[AuditResult]) -> bytes:
     columns, table = rows(results)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
@@ -82,7 +83,7 @@ def to_csv(results: list[dict[str, Any]]) -> bytes:
     return buf.getvalue().encode()
 
 
-def to_parquet(results: list[dict[str, Any]]) -> bytes:
+def to_parquet(results: list[AuditResult]) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

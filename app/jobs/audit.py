@@ -17,12 +17,12 @@ from app.cache import CacheUnavailable
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
 from app.inputs import resolve_targets, to_array
 from app.jobs.context import CancelWatch, JobContext, store_results
+from app.jobs.results import AuditResult, flat, read_results
 from app.jobs.store import Job, JobStore
 from app.schemas import ExplainResponse, request_model, spec_fields
 from app.service import ExplainService, Prepared
 from explainers.games import Cancelled
 from explainers.registry import get_explainer
-from xai.results import flat_results
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
@@ -73,19 +73,9 @@ def audit_total(body: JobRequest) -> int:
     return len(body.inputs or [])
 
 
-def _audit_result(answer: ExplainResponse, cache: str | None = None) -> dict[str, Any]:
-    """What a job stores of a one-instance answer (`cache`: how it was found, default as it
-    says); with several targets its explanations, in the order asked."""
-    explanations = [e.model_dump(exclude_unset=True) for e in answer.data.explanations]
-    several = answer.meta.targets is not None
-    result: dict[str, Any] = {
-        **({"explanations": explanations} if several else {"explanation": explanations[0]}),
-        "feature_names": answer.data.feature_names,
-        "cache": answer.meta.cache if cache is None else cache,
-    }
-    if answer.meta.background_audit is not None:
-        result["background_audit"] = answer.meta.background_audit
-    return result
+def _store(ctx: JobContext, job: Job, results: dict[int, AuditResult]) -> None:
+    """Write results in the job store's JSON (AuditResult.stored)."""
+    store_results(ctx, job.id, {i: r.stored() for i, r in results.items()})
 
 
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
@@ -100,7 +90,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     spec = get_explainer(req["explainer"])
     body_model = request_model(spec)
     svc = ctx.service
-    pending: dict[int, dict[str, Any]] = {}
+    pending: dict[int, AuditResult] = {}
     prepared: dict[int, Prepared] = {}
     for i in todo:
         try:
@@ -114,11 +104,12 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             if isinstance(p, Prepared):
                 prepared[i] = p
             else:  # lookup=False never answers; kept for the type
-                pending[i] = _audit_result(p.response)
+                pending[i] = AuditResult.of_answer(p.response)
         except ApiError as exc:
-            pending[i] = {"error": exc.message, "code": exc.code}
+            pending[i] = AuditResult.failed(exc.message, exc.code)
         except ValidationError as exc:
-            pending[i] = {"error": f"invalid instance: {exc.errors()[0]['msg']}", "code": "invalid"}
+            message = f"invalid instance: {exc.errors()[0]['msg']}"
+            pending[i] = AuditResult.failed(message, "invalid")
     try:
         blobs = svc.cache.get_many([p.key for p in prepared.values()])
     except CacheUnavailable:
@@ -127,7 +118,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             p.status = "bypass"
     for i, blob in zip(list(prepared), blobs, strict=True):
         if blob is not None:
-            pending[i] = _audit_result(ExplainResponse.model_validate_json(blob), "hit")
+            pending[i] = AuditResult.of_answer(ExplainResponse.model_validate_json(blob), "hit")
             del prepared[i]
     hits = sum(b is not None for b in blobs)
     if hits:
@@ -156,7 +147,7 @@ def _compute(
     ctx: JobContext,
     job: Job,
     prepared: dict[int, Prepared],
-    pending: dict[int, dict[str, Any]],
+    pending: dict[int, AuditResult],
     answers: dict[str, str],
     flush: Callable[[], None],
 ) -> None:
@@ -169,24 +160,24 @@ def _compute(
         if p.req.timeout_ms is not None:  # each instance's time limit starts when it runs
             p.deadline = time.monotonic() + p.req.timeout_ms / 1000
         try:
-            pending[i] = _audit_result(ctx.service.compute(p, defer=answers).response)
+            pending[i] = AuditResult.of_answer(ctx.service.compute(p, defer=answers).response)
         except ApiError as exc:
             if isinstance(exc.__cause__, Cancelled):
                 raise exc.__cause__ from None
             crash = exc.__cause__
             if crash is not None and model_crashed(crash):  # the attempt fails (retried)
-                store_results(ctx, job.id, pending)  # what was computed before stays
+                _store(ctx, job, pending)  # what was computed before stays
                 raise crash from None
-            pending[i] = {"error": exc.message, "code": exc.code}
+            pending[i] = AuditResult.failed(exc.message, exc.code)
         if count % WRITE_EVERY == 0:
             if watch(fresh=True):  # nothing is stored after a cancel
                 return
             flush()
-            store_results(ctx, job.id, pending)
+            _store(ctx, job, pending)
             pending = {}
     if not watch(fresh=True):
         flush()
-        store_results(ctx, job.id, pending)
+        _store(ctx, job, pending)
 
 
 def model_crashed(exc: BaseException | None) -> bool:
@@ -226,49 +217,52 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
     """Mean |value| per feature, per explained class, how stable the top features are, and how
     many instances carry each warning code. With several targets, each instance's
     explanations count as rows (per_class: one entry per output)."""
-    stored = store.all_results(job.id)
-    errors = sum("error" in r for r in stored)
-    summary: dict[str, Any] = {"instances": len(stored), "errors": errors}
-    ok = [r for r in flat_results(stored) if "error" not in r]
+    stored = read_results(store, job.id)
+    summary: dict[str, Any] = {
+        "instances": len(stored),
+        "errors": sum(r.error is not None for r in stored),
+    }
+    answered = [r for r in stored if r.error is None]
+    ok = [(row, row.explanation) for row in flat(answered) if row.explanation is not None]
     if not ok:
         return summary
-    hits = sum(r.get("cache") == "hit" for r in stored if "error" not in r)  # instances
-    codes = [w["code"] for r in ok for w in r["explanation"].get("warnings") or []]
+    hits = sum(r.cache == "hit" for r in answered)  # instances
+    codes = [code for _, e in ok for code in e.warnings]
     summary["warnings"] = {c: codes.count(c) for c in sorted(set(codes))}  # instances per code
-    names = ok[0]["feature_names"]
+    names = ok[0][0].feature_names
     if not names:  # text: every instance has its own players; count classes only
-        classes = [r["explanation"]["output_name"] for r in ok]
+        classes = [e.output_name for _, e in ok]
         summary["per_class"] = {c: {"instances": classes.count(c)} for c in sorted(set(classes))}
         summary["cache_hits"] = hits
         return summary
-    same = [r for r in ok if r["feature_names"] == names]
-    values = np.abs(np.array([r["explanation"]["values"] for r in same]))  # [m, n]
+    same = [e for row, e in ok if row.feature_names == names]
+    values = np.abs(np.array([e.values for e in same]))  # [m, n]
     mean_abs = values.mean(axis=0)
     order = np.argsort(-mean_abs)
     k = min(top_k, len(names))
     top = set(order[:k].tolist())
     per_row_top = np.argsort(-values, axis=1)[:, :k]
     summary.update(
-        feature_names=names,
+        feature_names=list(names),
         mean_abs_value=mean_abs.tolist(),
         top_features=[names[j] for j in order[:k]],
         top1_agreement=float(np.mean(per_row_top[:, 0] == order[0])),
         topk_jaccard=float(
             np.mean([len(top & set(r)) / len(top | set(r)) for r in per_row_top.tolist()])
         ),
-        top_features_bootstrap=top_k_bootstrap(values, names, k),
+        top_features_bootstrap=top_k_bootstrap(values, list(names), k),
         per_class={},
         cache_hits=hits,
     )
-    outputs = np.array([r["explanation"]["output_index"] for r in same])
+    outputs = np.array([e.output_index for e in same])
     for o in np.unique(outputs):
-        name = same[int(np.flatnonzero(outputs == o)[0])]["explanation"]["output_name"]
+        name = same[int(np.flatnonzero(outputs == o)[0])].output_name
         rows = values[outputs == o]
         summary["per_class"][name] = {
             "instances": len(rows),
             "mean_abs_value": rows.mean(axis=0).tolist(),
         }
-    audits = [r["background_audit"] for r in ok if r.get("background_audit")]
+    audits = [r.background_audit for r in answered if r.explanations and r.background_audit]
     if audits:
-        summary["background_audit"] = audits[0]
+        summary["background_audit"] = dict(audits[0])
     return summary

@@ -29,9 +29,9 @@ from app.errors import (
 )
 from app.jobs.kinds import NAMES, kind
 from app.jobs.queue import Queue
+from app.jobs.results import AuditResult, read_results
 from app.jobs.store import FINISHED, Job, JobStore
 from app.service import ExplainService
-from xai.results import flat_results
 
 router = APIRouter(tags=["jobs"])
 
@@ -260,7 +260,7 @@ async def job_results(
     lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
     if format == "jsonl":
         return StreamingResponse(iter(lines), media_type="application/x-ndjson")
-    results = [json.loads(line) for line in lines]
+    results = [AuditResult.parse(json.loads(line)) for line in lines]
     encode = job_tables.to_csv if format == "csv" else job_tables.to_parquet
     table = await anyio.to_thread.run_sync(encode, results)
     media = "text/csv" if format == "csv" else "application/vnd.apache.parquet"
@@ -301,11 +301,9 @@ async def job_plot(
         raise ApiError(
             f"job {job_id} is {job.status}: plots need a finished audit", code="job_not_finished"
         ).with_status(409)
-    results = await anyio.to_thread.run_sync(store.all_results, job_id)
+    results = await anyio.to_thread.run_sync(read_results, store, job_id)
     explainer = job.request.get("explainer", "")
-    # several targets: each instance's explanations are points of their class (shap's
-    # multi-output summary)
-    audit = job_plots.audit(flat_results(results), f"{job.model} · {explainer}")
+    audit = job_plots.audit(results, f"{job.model} · {explainer}")
     if format in ("vega", "vega-lite"):
         spec = job_plots.vega_lite(audit, kind, feature, color, max_features)
         return JSONResponse(spec)
