@@ -22,9 +22,11 @@ complement pairs, same seed, rounds and budget accounting); v(full) is fitted wi
 so the posterior mean is efficient. The posterior is well posed at any budget: where
 KernelSHAP's regression is square (2n coalitions: n-1 pairs for n-1 free values) and amplifies
 noise, this shrinks. Own time: a Cholesky factorisation of the m x m kernel matrix (m
-coalitions), two of half its size and, from CHECK_FROM * n, the inverse from the first (every
-fold of the adjustment from it), and the prior's choice on at most 256 rows: 0.1 s at m = 256,
-0.2 s at 1024 and 0.4 s at 2048 on one core (bench/gp_own_time.py);
+coalitions, its upper triangle), two of half its size and, from CHECK_FROM * n, the triangular
+inverse of the first (the diagonal blocks of P that every fold of the adjustment needs), and
+the prior's choice on at most 256 rows (336 factorisations there): 0.15 s at m = 512, 0.2 s at
+1024 and 0.35 s at 2048 on one core (bench/gp_speed_bench.py; issue 30: 1.2-1.4x less than
+before, the factorisations and the inverse being 60-70% of what is left);
 beyond MAX_ROWS coalitions or MAX_PLAYERS players it is KernelSHAP on the same plan.
 """
 
@@ -69,32 +71,35 @@ def halves(plan: Design) -> np.ndarray:
 
 def held_out(
     plan: Design, low: np.ndarray, alpha: np.ndarray
-) -> tuple[np.ndarray, list[np.ndarray], np.ndarray] | None:
+) -> tuple[list[np.ndarray], np.ndarray] | None:
     """Block leave-out over folds of the distinct drawn pairs, every fold from one
     factorisation [ours, after Rasmussen & Williams (2006), sec. 5.4.2]: with
-    P = (K + noise)^-1 (from `low`, the Cholesky factor of the fit on store rows 1 on) and a
-    fold's rows B, r_B = P_BB^-1 alpha_B is y_B - m_B(B) and the fit without B has
-    alpha_B' = alpha - P[:, B] r_B. Returns P (lower triangle only), each fold's rows (fit rows)
-    and r on every fold's rows [m, k]; None with fewer than 2 folds of MIN_FOLD_PAIRS pairs."""
+    P = (K + noise)^-1 = L^-T L^-1 (`low`: L, the Cholesky factor of the fit on store rows 1
+    on, its upper triangle zero) and a fold's rows B, r_B = P_BB^-1 alpha_B is y_B - m_B(B) and
+    the fit without B has alpha_B' = alpha - P[:, B] r_B (P times a vector: two triangular
+    solves with L). Only P's diagonal blocks are formed, P_BB = (L^-1)[:, B]^T (L^-1)[:, B]:
+    one triangular inverse (m^3 / 3) and a product per fold, not P itself (2 m^3 / 3).
+    Returns each fold's rows (fit rows) and r on every fold's rows [m, k]; None with fewer
+    than 2 folds of MIN_FOLD_PAIRS pairs."""
     from scipy.linalg import cho_factor, cho_solve
-    from scipy.linalg.lapack import dpotri
+    from scipy.linalg.lapack import dtrtri
 
     firsts = np.unique(plan.draws.reshape(-1, 2)[:, 0])  # one store row per distinct pair
     folds = min(FOLDS, len(firsts) // MIN_FOLD_PAIRS)
     if folds < 2:
         return None
     fold = np.arange(len(firsts)) % folds  # store order: the order of first draw
-    inv, info = dpotri(low, lower=1)  # P in the lower triangle (the upper one is stale)
+    inv, info = dtrtri(low, lower=1)  # L^-1, lower triangular (low's upper triangle is zero)
     if info != 0:
         return None
     rows, held_r = [], np.zeros_like(alpha)
     for f in range(folds):
         held = np.sort(np.concatenate([firsts[fold == f], firsts[fold == f] + 1]) - 1)
-        # sorted rows: the lower triangle of P_BB is P's (all that cho_factor reads)
-        factor = cho_factor(inv[np.ix_(held, held)], lower=True, check_finite=False)
+        cols = inv[held[0] :, held]  # rows above the fold's first are zero
+        factor = cho_factor(cols.T @ cols, lower=True, overwrite_a=True, check_finite=False)
         held_r[held] = cho_solve(factor, alpha[held], check_finite=False)
         rows.append(held)
-    return inv, rows, held_r
+    return rows, held_r
 
 
 def _mean(
@@ -138,7 +143,7 @@ def _posterior(
     n = masks.shape[1]
     z = masks.astype(np.float64)
     prior, nugget, inflate = _choose(z, y)
-    k = prior.cov(z)
+    k = prior.cov(z, upper=True)  # all that the factorisations read
     norm = max(float(k.diagonal().mean()), 1e-300)
     k /= norm
     cross = prior.cross(z) / norm  # cov(v(S), phi_i) [m, n]
@@ -184,20 +189,20 @@ def _adjust(
     with its delete-a-group jackknife error, is added to the mean of phi(m_B).
     `cross`, `low`, `nugget`, `alpha`: the posterior's, on its rows (store rows 1 on). None
     with too few pairs."""
-    from scipy.linalg.blas import dsymm
+    from scipy.linalg import cho_solve
 
     folds = held_out(plan, low, alpha)
     if folds is None:
         return None
-    inv, rows, held_r = folds
+    rows, held_r = folds
     rest = np.ones(len(alpha), dtype=bool)  # rows kept in every fold
     rest[0] = False  # the full coalition: fitted exactly, residual 0
     for held in rows:
         rest[held] = False
     resid = np.zeros_like(y)  # [store rows, k]
     resid[1:] = held_r  # y_B - m_B(B) on every fold's rows
-    # sum over folds of P[:, B] r_B, from the lower triangle (symmetric product)
-    shift = dsymm(1.0, inv, held_r, lower=1)
+    # sum over folds of P[:, B] r_B = P held_r (held_r is zero off the folds)
+    shift = cho_solve((low, True), held_r, check_finite=False)
     mean_alpha = alpha - shift / len(rows)  # the mean of the folds' alphas (zero on their B)
     resid[1:][rest] = nugget * mean_alpha[rest]  # y - m_B = noise alpha_B, mean over folds
     phi = cross.T @ mean_alpha  # the mean of phi(m_B) = cross^T alpha_B

@@ -150,12 +150,16 @@ def _jackknife(
     """Delete-a-group jackknife variance of every term's posterior mean over folds of the
     drawn pairs, every fold from one factorisation (gp.held_out: alpha_B' = alpha - P[:, B]
     r_B). [terms]; None with too few pairs."""
+    from scipy.linalg import cho_solve
+
     folds = gp.held_out(plan, low, alpha)
     if folds is None:
         return None
-    inv, rows, held_r = folds
-    inv = np.tril(inv) + np.tril(inv, -1).T
-    shifts = np.stack([inv[:, held] @ held_r[held, 0] for held in rows], axis=1)
+    rows, held_r = folds
+    each = np.zeros((len(alpha), len(rows)))  # fold f's r_B in column f, zero elsewhere
+    for f, held in enumerate(rows):
+        each[held, f] = held_r[held, 0]
+    shifts = cho_solve((low, True), each, check_finite=False)  # P[:, B] r_B per fold
     means = cross.T @ (alpha - shifts)  # [terms, folds]
     dev = means - means.mean(axis=1, keepdims=True)
     return np.asarray((len(rows) - 1) / len(rows) * (dev**2).sum(axis=1))
@@ -190,7 +194,7 @@ def gp_interactions(
     half = gp.halves(plan)
     with gp_prior._blas().limit(limits=1, user_api="blas"):
         prior, nugget, inflate = gp_prior._choose(z, y)
-        cov = prior.cov(z)
+        cov = prior.cov(z, upper=True)  # all that the factorisations read
         norm = max(float(cov.diagonal().mean()), 1e-300)
         cov /= norm
         keys, cross = term_covariances(prior, z, weights)

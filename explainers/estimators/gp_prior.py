@@ -21,7 +21,8 @@ for up to 0.1-0.15 s).
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from itertools import product
 
 import numpy as np
@@ -34,6 +35,7 @@ GAMMAS = (0.25, 1.0, 4.0)  # variance of order >= 2 relative to the geometric la
 NUGGETS = (1e-6, 1e-4, 1e-3, 1e-2)  # unexplained variance, relative to the kernel's diagonal
 PILOT_ROWS = 256  # rows (at least 2n) of the marginal-likelihood choice of the prior
 FULL_GRID_ROWS = 256  # up to this many rows every combination of the grid, else one at a time
+BLOCK = 256  # rows per block of an upper-triangle kernel matrix (Prior.cov)
 
 
 def _solve_triangular(a: np.ndarray, b: np.ndarray, **kw: bool) -> np.ndarray:
@@ -63,6 +65,14 @@ def _invert_lower(low: np.ndarray) -> np.ndarray:
     return np.asarray(inv)
 
 
+def _products(z: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """prod over S & U of (1 + u) - 1 for the rows of z, one matrix product: exp(z diag(log(1
+    + u)) z^T) - 1. [m, m]"""
+    k = (z * np.log1p(u)) @ z.T
+    np.expm1(k, out=k)
+    return np.asarray(k)
+
+
 def _t975(dof: int | float) -> float:
     """Student's t 97.5% quantile (scipy imported on first use)."""
     from scipy.stats import t
@@ -77,13 +87,42 @@ class Prior:
         self.q, self.theta, self.gamma = q, theta, gamma
         self.u = theta * q
 
-    def cov(self, z: np.ndarray) -> np.ndarray:
-        """cov(v(S), v(U)) for the rows of z (in place: m^2 temporaries are the cost). [m, m]"""
-        k = (z * np.log1p(self.u)) @ z.T
-        np.expm1(k, out=k)
-        k *= self.gamma / self.theta
+    def cov(self, z: np.ndarray, upper: bool = False) -> np.ndarray:
+        """cov(v(S), v(U)) for the rows of z (in place: m^2 temporaries are the cost). [m, m]
+
+        `upper`: only the upper triangle (U after S; zeros below the diagonal blocks of BLOCK
+        rows), half the products and exponentials, all that the Cholesky factorisation of
+        `_factor` and the principal blocks taken from it in sorted order read."""
+        if not upper:
+            products = _products(z, self.u)
+            return self._cov(products, lambda: (z * self.q) @ z.T, out=products)
+        m = len(z)
+        k = np.zeros((m, m))
+        logs, weighted = z * np.log1p(self.u), z * self.q  # _products' and the additive part's
+        space = np.empty((2, min(BLOCK, m) * m))  # two blocks' buffers: fresh pages cost
+        for start in range(0, m, BLOCK):
+            rows, after = slice(start, start + BLOCK), z[start:].T
+            shape = (len(logs[rows]), m - start)
+            block, scratch = (b[: shape[0] * shape[1]].reshape(shape) for b in space)
+            np.matmul(logs[rows], after, out=block)
+            np.expm1(block, out=block)
+            additive = partial(np.matmul, weighted[rows], after, out=scratch)
+            k[rows, start:] = self._cov(block, additive, out=block, scratch=scratch)
+        return k
+
+    def _cov(
+        self,
+        products: np.ndarray,
+        additive: Callable[[], np.ndarray],
+        out: np.ndarray | None = None,
+        scratch: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """`cov` from its parts, prod_{S & U}(1 + u) - 1 and (the call) sum_{S & U} q, into
+        `out` (new arrays where `out` and `scratch` are None: the likelihood's grid reuses
+        the parts over gamma, and its buffers, fresh pages being a third of its time). [m, m]"""
+        k = np.multiply(products, self.gamma / self.theta, out=out)
         if self.gamma != 1.0:
-            k += (1 - self.gamma) * ((z * self.q) @ z.T)
+            k += np.multiply(additive(), 1 - self.gamma, out=scratch)
         return np.asarray(k)
 
     def _nodes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -151,27 +190,52 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
         pick = np.random.default_rng(m).choice(np.arange(1, m), pilot - 1, replace=False)
         idx = np.concatenate([[0], np.sort(pick)])
         z, y, m = z[idx], y[idx], pilot
+    from scipy.linalg.lapack import dpotrf, dtrtrs
+
     r = _relevance(z, y)
     best: tuple[float, Prior, float, np.ndarray, np.ndarray] | None = None
+    parts: dict[tuple[float, float], tuple[np.ndarray, list[np.ndarray]]] = {}
+    buffers = np.empty((2, m, m))  # the kernel and a scratch
+    spare: list[np.ndarray] = []  # factors not kept: their memory, for the next
 
     def trial(tau: float, p: float, gamma: float) -> None:
         nonlocal best
         prior = Prior(_q(r, p), tau / n, gamma)
-        k = prior.cov(z)
+        if (tau, p) not in parts:  # the products and the additive part serve every gamma
+            parts.clear()
+            parts[tau, p] = (_products(z, prior.u), [])
+        products, additive = parts[tau, p]
+
+        def gram() -> np.ndarray:
+            if not additive:
+                additive.append((z * prior.q) @ z.T)
+            return additive[0]
+
+        k = prior._cov(products, gram, out=buffers[0], scratch=buffers[1])
         k /= max(float(k.diagonal().mean()), 1e-300)
         if not np.isfinite(k).all():
             return
         for nugget in NUGGETS:
-            low = _factor(k, _noise(m, nugget))
-            if low is None:
+            # _factor's arithmetic, in place on one copy, the upper triangle left stale (only
+            # the best is cleaned), and LAPACK's triangular solve without scipy's checks
+            a = spare.pop() if spare else np.empty_like(k)
+            np.copyto(a, k)
+            a.ravel()[m + 1 :: m + 1] += nugget  # _noise: none on row 0, the full coalition
+            low, info = dpotrf(a.T, lower=1, clean=0, overwrite_a=1)
+            if info != 0:
+                spare.append(a)
                 continue
-            a0 = _solve_triangular(low, y, lower=True, check_finite=False)
+            a0 = dtrtrs(low, y, lower=1)[0]
             s2 = np.maximum((a0**2).mean(axis=0), 1e-300)
             nll = 0.5 * m * float(np.log(s2).sum()) + y.shape[1] * float(
                 np.log(low.diagonal()).sum()
             )
             if best is None or nll < best[0]:
+                if best is not None:
+                    spare.append(best[3].T)
                 best = (nll, prior, nugget, low, s2)
+            else:
+                spare.append(a)
 
     # Every combination where it is cheap and matters most; not on the near-square design
     # below 3n, where the likelihood is flat and the full grid over-fits it (breast-cancer-mlp
@@ -190,7 +254,7 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
             if gamma != 1.0:
                 trial(theta * n, p, gamma)
     _, prior, nugget, low, s2 = best
-    inv = _invert_lower(low)  # L^-1: a third of a solve against the identity
+    inv = _invert_lower(np.tril(low))  # L^-1: a third of a solve against the identity
     alpha = inv.T @ (inv @ y)
     s2_loo = (alpha**2 / np.maximum((inv**2).sum(axis=0), 1e-300)[:, None]).mean(axis=0)
     return prior, nugget, np.maximum(s2_loo / s2, 1.0)

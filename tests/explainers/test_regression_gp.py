@@ -213,3 +213,153 @@ def test_regression_adjustment_corrects_a_misfit_prior(monkeypatch: pytest.Monke
     assert mean["adjusted"] < 0.7 * mean["posterior"]
     assert mean["gp"] < 0.7 * mean["posterior"]
     assert np.mean(inside) >= 0.85
+
+
+def _plain_cov(prior: gp.Prior, z: np.ndarray) -> np.ndarray:
+    """The prior's covariance as the module docstring writes it, the whole matrix."""
+    products = np.exp(z @ np.diag(np.log1p(prior.u)) @ z.T) - 1.0
+    additive = z @ np.diag(prior.q) @ z.T
+    return np.asarray(prior.gamma / prior.theta * products + (1 - prior.gamma) * additive)
+
+
+def _plain_noise(m: int, nugget: float) -> np.ndarray:
+    return np.diag(np.r_[0.0, np.full(m - 1, nugget)])  # none on the full coalition
+
+
+def _plain_choose(z: np.ndarray, y: np.ndarray) -> tuple[gp.Prior, float, np.ndarray]:
+    """gp_prior._choose written plainly: a new kernel matrix and numpy's Cholesky per grid
+    point, the leave-one-out ratio from the explicit inverse."""
+    from itertools import product
+
+    from explainers.estimators import gp_prior as gpp
+
+    (m, n), pilot = z.shape, max(gpp.PILOT_ROWS, 2 * z.shape[1])
+    if m > pilot:
+        pick = np.random.default_rng(m).choice(np.arange(1, m), pilot - 1, replace=False)
+        idx = np.concatenate([[0], np.sort(pick)])
+        z, y, m = z[idx], y[idx], pilot
+    r = gpp._relevance(z, y)
+    found: list[tuple[float, gp.Prior, float]] = []
+
+    def trial(tau: float, p: float, gamma: float) -> None:
+        prior = gp.Prior(gpp._q(r, p), tau / n, gamma)
+        k = _plain_cov(prior, z)
+        k = k / k.diagonal().mean()
+        for nugget in gpp.NUGGETS:
+            try:
+                low = np.linalg.cholesky(k + _plain_noise(m, nugget))
+            except np.linalg.LinAlgError:
+                continue
+            quad = (y * np.linalg.solve(k + _plain_noise(m, nugget), y)).sum(axis=0) / m
+            nll = 0.5 * m * np.log(quad).sum() + y.shape[1] * np.log(low.diagonal()).sum()
+            if not found or nll < found[0][0]:
+                found[:] = [(nll, prior, nugget)]
+
+    full = 3 * n <= m <= gpp.FULL_GRID_ROWS
+    grid = product(gpp.TAUS, gpp.POWERS, gpp.GAMMAS) if full else product(gpp.TAUS, [0.0], [1.0])
+    for point in grid:
+        trial(*point)
+    if not full:
+        theta = found[0][1].theta
+        for p in gpp.POWERS[1:]:
+            trial(theta * n, p, 1.0)
+        p = next(p for p in gpp.POWERS if np.allclose(found[0][1].q, gpp._q(r, p)))
+        for gamma in gpp.GAMMAS:
+            if gamma != 1.0:
+                trial(theta * n, p, gamma)
+    _, prior, nugget = found[0]
+    k = _plain_cov(prior, z)
+    inv = np.linalg.inv(k / k.diagonal().mean() + _plain_noise(m, nugget))
+    alpha = inv @ y
+    s2 = (y * alpha).sum(axis=0) / m
+    s2_loo = (alpha**2 / inv.diagonal()[:, None]).mean(axis=0)  # leave-one-out residuals
+    return prior, nugget, np.maximum(s2_loo / s2, 1.0)
+
+
+def _plain_posterior(
+    masks: np.ndarray, y: np.ndarray, total: np.ndarray, half: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]:
+    """gp._posterior with numpy's solves (the nugget the choice's: positive definite here).
+    Returns phi, std, cross, the inverse of k + noise, the nugget, alpha."""
+    from explainers.estimators.gp_prior import _t975
+
+    m, n = masks.shape
+    z = masks.astype(np.float64)
+    prior, nugget, inflate = _plain_choose(z, y)
+    k = _plain_cov(prior, z)
+    norm = k.diagonal().mean()
+    k, cross = k / norm, prior.cross(z) / norm
+
+    def fit(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a = k[np.ix_(rows, rows)] + _plain_noise(len(rows), nugget)
+        alpha = np.linalg.solve(a, y[rows])
+        phi = cross[rows].T @ alpha
+        return phi + (total - phi.sum(axis=0)) / n, np.linalg.inv(a), alpha
+
+    phi, inv, alpha = fit(np.arange(m))
+    # a small difference of large numbers: a solve, not the explicit inverse's rounding
+    a = k + _plain_noise(m, nugget)
+    var = prior.variance() / norm - (cross * np.linalg.solve(a, cross)).sum(axis=0)
+    dof = m - n
+    s2 = (y * alpha).sum(axis=0) / m * inflate * m / dof * (_t975(dof) / 1.96) ** 2
+    halves = [fit(np.flatnonzero(half != h))[0] for h in (1, 0)]
+    s2 = np.maximum(s2, ((halves[0] - halves[1]) ** 2).mean(axis=0) / 4 / var.mean())
+    return phi, np.sqrt(var[:, None] * s2[None, :]), cross, inv, nugget, alpha
+
+
+def _plain_adjust(
+    plan: Design, y: np.ndarray, cross: np.ndarray, inv: np.ndarray, nugget: float, alpha: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """gp._adjust with every fold's alpha written out: alpha - P[:, B] (P_BB)^-1 alpha_B."""
+    firsts = np.unique(plan.draws.reshape(-1, 2)[:, 0])
+    folds = min(gp.FOLDS, len(firsts) // gp.MIN_FOLD_PAIRS)
+    fold = np.arange(len(firsts)) % folds
+    resid, alphas = np.zeros_like(y), []
+    rest = np.ones(len(alpha), dtype=bool)
+    rest[0] = False
+    for f in range(folds):
+        held = np.sort(np.r_[firsts[fold == f], firsts[fold == f] + 1] - 1)
+        r = np.linalg.solve(inv[np.ix_(held, held)], alpha[held])  # y_B - m_B(B)
+        resid[1:][held] = r
+        alphas.append(alpha - inv[:, held] @ r)
+        rest[held] = False
+    mean_alpha = np.mean(alphas, axis=0)
+    resid[1:][rest] = nugget * mean_alpha[rest]
+    phi = cross.T @ mean_alpha
+    phi_r, error = kernel._fit(plan, resid, resid[1] - resid[0])
+    return phi + (y[1] - phi.sum(axis=0)) / phi.shape[0] + phi_r, error
+
+
+@pytest.mark.parametrize(("n", "budget"), [(8, 200), (10, 600), (12, 30)])
+def test_fast_linear_algebra_matches_a_plain_reference(n: int, budget: int) -> None:
+    """The fast path (kernel parts shared over gamma, factorisations in place, the upper
+    triangle of the kernel matrix in blocks, P's diagonal blocks from one triangular inverse,
+    issue 30) against explicit inverses and a Cholesky per grid point: the same prior and
+    nugget, values and error_std to 1e-9 relative (the full grid at 200 rows; 600 rows: a
+    256-row pilot and three blocks; 30 rows: one parameter at a time, no adjustment)."""
+    from explainers.estimators import gp_prior
+
+    planner = kernel.Planner(n, "kernel", np.random.default_rng(0))
+    planner.extend(budget)
+    plan = planner.design()
+    v = tanh_game(n, 7)(plan.masks)
+    y = v - v[0]
+    z, half = plan.masks[1:].astype(np.float64), gp.halves(plan)[1:]
+    prior, nugget, inflate = gp_prior._choose(z, y[1:])
+    ref_prior, ref_nugget, ref_inflate = _plain_choose(z, y[1:])
+    assert (prior.theta, prior.gamma, nugget) == (ref_prior.theta, ref_prior.gamma, ref_nugget)
+    np.testing.assert_array_equal(prior.q, ref_prior.q)
+    np.testing.assert_allclose(inflate, ref_inflate, rtol=1e-9)
+    post = gp._posterior(plan.masks[1:], y[1:], y[1], half)
+    ref = _plain_posterior(plan.masks[1:], y[1:], y[1], half)
+    scale = np.abs(ref[0]).max()
+    np.testing.assert_allclose(post[0], ref[0], rtol=0, atol=1e-9 * scale)
+    np.testing.assert_allclose(post[1], ref[1], rtol=1e-9)
+    np.testing.assert_allclose(post[5], ref[5], rtol=0, atol=1e-9 * np.abs(ref[5]).max())
+    adjusted = gp._adjust(plan, y, post[2], post[3], post[4], post[5])
+    assert (adjusted is None) == (budget < gp.CHECK_FROM * n)
+    if adjusted is not None:
+        ref_adjusted = _plain_adjust(plan, y, ref[2], ref[3], ref[4], ref[5])
+        np.testing.assert_allclose(adjusted[0], ref_adjusted[0], rtol=0, atol=1e-9 * scale)
+        assert adjusted[1] is not None and ref_adjusted[1] is not None
+        np.testing.assert_allclose(adjusted[1], ref_adjusted[1], rtol=1e-9)
