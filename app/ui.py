@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from app import plot_images, plot_shap, plots
+from app import plot_images, plot_shap, plot_vega, plots
 from app.dataplane import off_loop, service
 from app.errors import ERROR_RESPONSES
 from app.routes import explain_route
@@ -145,7 +145,7 @@ async def render(body: ExplainResponse, q: PlotQuery, request: Request | None = 
         )
     if q.format == "vega-lite":
         spec = await anyio.to_thread.run_sync(
-            plots.vega_lite,
+            plot_vega.vega_lite,
             body, q.kind, q.index, q.max_features, classes, q.channels, value_range,
         )  # fmt: skip
         return JSONResponse(spec, media_type="application/json")

@@ -18,7 +18,7 @@ from fastapi import APIRouter, File, Form, Header, Query, Request, Response, Upl
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app import job_plots, job_tables
+from app import job_plot_images, job_plot_vega, job_plots, job_tables
 from app.auth import ApiKey, is_admin
 from app.errors import (
     ERROR_RESPONSES,
@@ -305,10 +305,10 @@ async def job_plot(
     explainer = job.request.get("explainer", "")
     audit = job_plots.audit(results, f"{job.model} · {explainer}")
     if format in ("vega", "vega-lite"):
-        spec = job_plots.vega_lite(audit, kind, feature, color, max_features)
+        spec = job_plot_vega.vega_lite(audit, kind, feature, color, max_features)
         return JSONResponse(spec)
     image = await anyio.to_thread.run_sync(
-        job_plots.image_bytes, audit, format, kind, feature, color, max_features
+        job_plot_images.image_bytes, audit, format, kind, feature, color, max_features
     )
     return Response(image, media_type={"png": "image/png", "svg": "image/svg+xml"}[format])
 
