@@ -40,6 +40,7 @@ from explainers.estimators.gp_prior import (
     Prior,
     _blas,
     _choose,
+    _kernel,
     _solve_triangular,
     _solved,
     _t975,
@@ -70,17 +71,17 @@ def halves(plan: Design) -> np.ndarray:
 
 
 def held_out(
-    plan: Design, low: np.ndarray, alpha: np.ndarray
-) -> tuple[list[np.ndarray], np.ndarray] | None:
+    plan: Design, low: np.ndarray, alpha: np.ndarray, overwrite: bool = False
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray] | None:
     """Block leave-out over folds of the distinct drawn pairs, every fold from one
     factorisation [ours, after Rasmussen & Williams (2006), sec. 5.4.2]: with
     P = (K + noise)^-1 = L^-T L^-1 (`low`: L, the Cholesky factor of the fit on store rows 1
     on, its upper triangle zero) and a fold's rows B, r_B = P_BB^-1 alpha_B is y_B - m_B(B) and
-    the fit without B has alpha_B' = alpha - P[:, B] r_B (P times a vector: two triangular
-    solves with L). Only P's diagonal blocks are formed, P_BB = (L^-1)[:, B]^T (L^-1)[:, B]:
-    one triangular inverse (m^3 / 3) and a product per fold, not P itself (2 m^3 / 3).
-    Returns each fold's rows (fit rows) and r on every fold's rows [m, k]; None with fewer
-    than 2 folds of MIN_FOLD_PAIRS pairs."""
+    the fit without B has alpha_B' = alpha - P[:, B] r_B (`times_p`). Only P's diagonal
+    blocks are formed, P_BB = (L^-1)[:, B]^T (L^-1)[:, B]: one triangular inverse (m^3 / 3)
+    and a product per fold, not P itself (2 m^3 / 3). Returns L^-1 (in low's memory where
+    `overwrite`), each fold's rows (fit rows) and r on every fold's rows [m, k]; None with
+    fewer than 2 folds of MIN_FOLD_PAIRS pairs."""
     from scipy.linalg import cho_factor, cho_solve
     from scipy.linalg.lapack import dtrtri
 
@@ -89,7 +90,7 @@ def held_out(
     if folds < 2:
         return None
     fold = np.arange(len(firsts)) % folds  # store order: the order of first draw
-    inv, info = dtrtri(low, lower=1)  # L^-1, lower triangular (low's upper triangle is zero)
+    inv, info = dtrtri(low, lower=1, overwrite_c=int(overwrite))  # L^-1, lower triangular
     if info != 0:
         return None
     rows, held_r = [], np.zeros_like(alpha)
@@ -99,7 +100,14 @@ def held_out(
         factor = cho_factor(cols.T @ cols, lower=True, overwrite_a=True, check_finite=False)
         held_r[held] = cho_solve(factor, alpha[held], check_finite=False)
         rows.append(held)
-    return rows, held_r
+    return np.asarray(inv), rows, held_r
+
+
+def times_p(inv: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P x = L^-T (L^-1 x) from `held_out`'s L^-1: two triangular products. [m, k]"""
+    from scipy.linalg.blas import dtrmm
+
+    return np.asarray(dtrmm(1.0, inv, dtrmm(1.0, inv, x, lower=1), lower=1, trans_a=1))
 
 
 def _mean(
@@ -143,11 +151,19 @@ def _posterior(
     n = masks.shape[1]
     z = masks.astype(np.float64)
     prior, nugget, inflate = _choose(z, y)
-    k = prior.cov(z, upper=True)  # all that the factorisations read
-    norm = max(float(k.diagonal().mean()), 1e-300)
-    k /= norm
+    k, norm = _kernel(prior, z)  # the upper triangle
     cross = prior.cross(z) / norm  # cov(v(S), phi_i) [m, n]
-    low, used, a0, alpha = _solved(k, y, nugget)
+    spread = None
+    if half is not None and min((half == 0).sum(), (half == 1).sum()) >= n:
+        # Two fits on complementary halves of the pairs differ by about twice the variance of
+        # each, that is, four times the full fit's (variance ~ 1 / pairs): where they differ
+        # more, the prior's own variance is too small. (Before k is factorised in place.)
+        phis = [
+            _mean(k[np.ix_(rows, rows)], cross[rows], y[rows], total, nugget, whiten=False)[0]
+            for rows in (np.flatnonzero(half != 1), np.flatnonzero(half != 0))
+        ]
+        spread = ((phis[0] - phis[1]) ** 2).mean(axis=0) / 4  # [k]
+    low, used, a0, alpha = _solved(k, y, nugget, rebuild=lambda: _kernel(prior, z)[0])
     phi = cross.T @ alpha
     phi += (total - phi.sum(axis=0)) / n  # rounding only: v(full) is exact
     v = _solve_triangular(low, cross, lower=True, check_finite=False)
@@ -158,15 +174,7 @@ def _posterior(
     m = len(y)
     dof = max(m - n, 1)
     s2 = (a0**2).mean(axis=0) * inflate * m / dof * (_t975(dof) / 1.96) ** 2
-    if half is not None and min((half == 0).sum(), (half == 1).sum()) >= n:
-        # Two fits on complementary halves of the pairs differ by about twice the variance of
-        # each, that is, four times the full fit's (variance ~ 1 / pairs): where they differ
-        # more, the prior's own variance is too small.
-        phis = [
-            _mean(k[np.ix_(rows, rows)], cross[rows], y[rows], total, nugget, whiten=False)[0]
-            for rows in (np.flatnonzero(half != 1), np.flatnonzero(half != 0))
-        ]
-        spread = ((phis[0] - phis[1]) ** 2).mean(axis=0) / 4  # [k]
+    if spread is not None:
         s2 = np.maximum(s2, spread / var.mean())
     return phi, np.sqrt(var[:, None] * s2[None, :]), cross, low, used, alpha
 
@@ -178,6 +186,7 @@ def _adjust(
     low: np.ndarray,
     nugget: float,
     alpha: np.ndarray,
+    overwrite: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Regression-adjusted Monte Carlo with the posterior mean as surrogate (Witter et al.
     2025, "Regression-adjusted Monte Carlo estimators for Shapley values and probabilistic
@@ -187,14 +196,12 @@ def _adjust(
     residual of the mean surrogate (the nugget's share: v(full) is fitted exactly, so the
     residual's total is 0); KernelSHAP's constrained regression of the residual on the plan,
     with its delete-a-group jackknife error, is added to the mean of phi(m_B).
-    `cross`, `low`, `nugget`, `alpha`: the posterior's, on its rows (store rows 1 on). None
-    with too few pairs."""
-    from scipy.linalg import cho_solve
-
-    folds = held_out(plan, low, alpha)
+    `cross`, `low`, `nugget`, `alpha`: the posterior's, on its rows (store rows 1 on);
+    `overwrite`: low's memory may take its inverse. None with too few pairs."""
+    folds = held_out(plan, low, alpha, overwrite)
     if folds is None:
         return None
-    rows, held_r = folds
+    inv, rows, held_r = folds
     rest = np.ones(len(alpha), dtype=bool)  # rows kept in every fold
     rest[0] = False  # the full coalition: fitted exactly, residual 0
     for held in rows:
@@ -202,7 +209,7 @@ def _adjust(
     resid = np.zeros_like(y)  # [store rows, k]
     resid[1:] = held_r  # y_B - m_B(B) on every fold's rows
     # sum over folds of P[:, B] r_B = P held_r (held_r is zero off the folds)
-    shift = cho_solve((low, True), held_r, check_finite=False)
+    shift = times_p(inv, held_r)
     mean_alpha = alpha - shift / len(rows)  # the mean of the folds' alphas (zero on their B)
     resid[1:][rest] = nugget * mean_alpha[rest]  # y - m_B = noise alpha_B, mean over folds
     phi = cross.T @ mean_alpha  # the mean of phi(m_B) = cross^T alpha_B
@@ -234,7 +241,7 @@ def _fit(plan: Design, y: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np
         phi_k, std_k = kernel._fit(plan, y, total)
         assert std_k is not None  # sampled, not exact
         refs = [(phi_k, std_k)]
-        adjusted = _adjust(plan, y, cross, low, nugget, alpha)
+        adjusted = _adjust(plan, y, cross, low, nugget, alpha, overwrite=True)  # low's last use
         if adjusted is not None:
             refs.append(adjusted)
     err = np.stack([(e**2).mean(axis=0) for _, e in refs])  # [refs, k]

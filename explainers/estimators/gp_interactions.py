@@ -149,17 +149,15 @@ def _jackknife(
 ) -> np.ndarray | None:
     """Delete-a-group jackknife variance of every term's posterior mean over folds of the
     drawn pairs, every fold from one factorisation (gp.held_out: alpha_B' = alpha - P[:, B]
-    r_B). [terms]; None with too few pairs."""
-    from scipy.linalg import cho_solve
-
-    folds = gp.held_out(plan, low, alpha)
+    r_B). [terms]; None with too few pairs. `low` is overwritten (its inverse)."""
+    folds = gp.held_out(plan, low, alpha, overwrite=True)  # low's last use
     if folds is None:
         return None
-    rows, held_r = folds
+    inv, rows, held_r = folds
     each = np.zeros((len(alpha), len(rows)))  # fold f's r_B in column f, zero elsewhere
     for f, held in enumerate(rows):
         each[held, f] = held_r[held, 0]
-    shifts = cho_solve((low, True), each, check_finite=False)  # P[:, B] r_B per fold
+    shifts = gp.times_p(inv, each)  # P[:, B] r_B per fold
     means = cross.T @ (alpha - shifts)  # [terms, folds]
     dev = means - means.mean(axis=1, keepdims=True)
     return np.asarray((len(rows) - 1) / len(rows) * (dev**2).sum(axis=1))
@@ -194,9 +192,7 @@ def gp_interactions(
     half = gp.halves(plan)
     with gp_prior._blas().limit(limits=1, user_api="blas"):
         prior, nugget, inflate = gp_prior._choose(z, y)
-        cov = prior.cov(z, upper=True)  # all that the factorisations read
-        norm = max(float(cov.diagonal().mean()), 1e-300)
-        cov /= norm
+        cov, norm = gp_prior._kernel(prior, z)  # the upper triangle
         keys, cross = term_covariances(prior, z, weights)
         cross /= norm  # [m, terms]
         _, prior_var = term_covariances(prior, np.ones((1, n)), weights, square=True)

@@ -146,11 +146,12 @@ class Prior:
         return np.asarray(self.q + self.gamma / self.theta * self.u * (integral - 1.0))
 
 
-def _factor(k: np.ndarray, noise: np.ndarray) -> np.ndarray | None:
-    """Lower Cholesky factor of k + diag(noise); None when not positive definite."""
+def _factor(k: np.ndarray, noise: np.ndarray, overwrite: bool = False) -> np.ndarray | None:
+    """Lower Cholesky factor of k + diag(noise) (upper triangle read; `overwrite`: in k's
+    memory, a fresh m x m array and a copy less); None when not positive definite."""
     from scipy.linalg.lapack import dpotrf
 
-    a = k.copy()
+    a = k if overwrite else k.copy()
     a[np.diag_indices_from(a)] += noise
     # LAPACK on the transpose (Fortran order, the same symmetric matrix), in place: half
     # numpy's time at 256 rows (its checks and copies), a third less at 2048.
@@ -163,6 +164,16 @@ def _noise(m: int, nugget: float) -> np.ndarray:
     noise = np.full(m, nugget)
     noise[0] = 0.0
     return noise
+
+
+def _kernel(prior: Prior, z: np.ndarray) -> tuple[np.ndarray, float]:
+    """The prior's covariance on the rows of z over its diagonal mean, upper triangle only
+    (Prior.cov; all that the factorisations read), and that mean. [m, m], -"""
+    k = prior.cov(z, upper=True)
+    norm = max(float(k.diagonal().mean()), 1e-300)
+    for start in range(0, len(k), BLOCK):
+        k[start : start + BLOCK, start:] /= norm
+    return k, norm
 
 
 def _relevance(z: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -261,11 +272,19 @@ def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
 
 
 def _solved(
-    k: np.ndarray, y: np.ndarray, nugget: float
+    k: np.ndarray,
+    y: np.ndarray,
+    nugget: float,
+    rebuild: Callable[[], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     """Cholesky factor of k + the nugget (raised tenfold until positive definite), that
-    nugget, the whitened values and alpha = (k + noise)^-1 y. [m, m], -, [m, k], [m, k]"""
-    low = _factor(k, _noise(len(y), nugget))
+    nugget, the whitened values and alpha = (k + noise)^-1 y. [m, m], -, [m, k], [m, k]
+
+    `rebuild`: k may be factorised in place (k is then the factor's memory), and is rebuilt
+    by that call where the first nugget fails."""
+    low = _factor(k, _noise(len(y), nugget), overwrite=rebuild is not None)
+    if low is None and rebuild is not None:
+        k = rebuild()
     while low is None:
         nugget *= 10
         low = _factor(k, _noise(len(y), nugget))

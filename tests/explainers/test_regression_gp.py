@@ -308,7 +308,12 @@ def _plain_posterior(
 
 
 def _plain_adjust(
-    plan: Design, y: np.ndarray, cross: np.ndarray, inv: np.ndarray, nugget: float, alpha: np.ndarray
+    plan: Design,
+    y: np.ndarray,
+    cross: np.ndarray,
+    inv: np.ndarray,
+    nugget: float,
+    alpha: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """gp._adjust with every fold's alpha written out: alpha - P[:, B] (P_BB)^-1 alpha_B."""
     firsts = np.unique(plan.draws.reshape(-1, 2)[:, 0])
@@ -363,3 +368,31 @@ def test_fast_linear_algebra_matches_a_plain_reference(n: int, budget: int) -> N
         np.testing.assert_allclose(adjusted[0], ref_adjusted[0], rtol=0, atol=1e-9 * scale)
         assert adjusted[1] is not None and ref_adjusted[1] is not None
         np.testing.assert_allclose(adjusted[1], ref_adjusted[1], rtol=1e-9)
+
+
+def test_in_place_factorisation_rebuilds_where_the_first_nugget_fails() -> None:
+    """_solved factorises the kernel matrix in place when it can rebuild it: where the first
+    nugget is not positive definite (an eigenvalue of -1e-5 here), the rebuilt matrix takes
+    the raised nugget, and the answer is the copying path's (issue 30)."""
+    from explainers.estimators import gp_prior
+
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(40, 40)))[0]
+    k = basis @ np.diag(np.r_[-1e-5, rng.uniform(0.5, 2.0, 39)]) @ basis.T
+    y = rng.normal(size=(40, 2))
+    copied = gp_prior._solved(k.copy(), y, 1e-6)
+    rebuilt = []
+
+    def rebuild() -> np.ndarray:
+        rebuilt.append(k.copy())
+        return rebuilt[-1]
+
+    in_place = gp_prior._solved(k.copy(), y, 1e-6, rebuild=rebuild)
+    assert len(rebuilt) == 1  # the first attempt destroyed its copy
+    assert copied[1] == in_place[1] == pytest.approx(1e-4)  # 1e-6 and 1e-5 fail
+    for a, b in zip(copied[::2], in_place[::2], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_allclose(copied[3], in_place[3], rtol=1e-12)
+    fine = k + 2e-5 * np.eye(40)  # positive definite at the first nugget: no rebuild
+    low = gp_prior._solved(fine, y, 1e-6, rebuild=lambda: pytest.fail("rebuilt"))[0]
+    assert np.shares_memory(low, fine)
