@@ -23,8 +23,8 @@ from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, NotRea
 from app.inputs import to_array
 from app.logging import current_request_id
 from app.oip_codec import HEADER_LENGTH, NUMERIC, Tensor, decode, element_count
+from app.oip_schemas import InferRequest, InferResponse, ModelMetadata
 from app.routes import metadata
-from app.schemas import InferRequest, InferResponse, ModelMetadata
 from app.service import ExplainService
 from explainers.rankshap import MAX_DOCUMENTS
 from models.base import Model, ModelError, RankerModel, TextModel

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import InvalidInput
-from app.schemas import InferRequest
+from app.oip_schemas import InferRequest
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 NUMERIC: dict[str, np.dtype[Any]] = {  # OIP datatype -> little-endian numpy dtype

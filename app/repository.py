@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse, Response
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, PayloadTooLarge
 from app.file_registration import NAME, declaration, sniff_format
 from app.hf_registration import hf_declaration
+from app.oip_schemas import ModelMetadata
 from app.remote_registration import prepare_remote
 from app.routes import metadata
-from app.schemas import ModelMetadata
 from models.adapters.facts import Facts
 from models.adapters.remote import reveal_remote_detail
 from models.adapters.user import Declaration

@@ -18,6 +18,7 @@ from app.errors import (
     NotFound,
 )
 from app.jobs.unavailable import store_health
+from app.oip_schemas import ModelMetadata, ModelSummary, TensorMeta
 from app.readiness import (
     mark_ready,
     may_name_models,
@@ -30,9 +31,6 @@ from app.schemas import (
     ExplainerInfo,
     ExplainRequestBase,
     ExplainResponse,
-    ModelMetadata,
-    ModelSummary,
-    TensorMeta,
     request_model,
 )
 from app.service import ExplainService
