@@ -1,6 +1,7 @@
 """Shapley estimator benchmark: ours against shap and shapiq, on the built-in models.
 
     .venv/bin/python bench/shapley_bench.py [--quick] [--skip-server] [--out bench/out]
+        [--only sampled --seeds 8 --explicands 3]
 
 One process; every contender sees the same model, explicands and background. torch and BLAS are
 limited to one thread for everyone. Model rows are counted (and timed) by a wrapper around
@@ -12,7 +13,10 @@ Sections (see docs/benchmarks.md for the results and how to read them):
 2. sampled, breast-cancer-mlp (30 features, output "benign", 20 background rows): RMSE against a
    high-budget reference and wall time at equal budgets, for our kernel (kernel / leverage
    sampler) and permutation, shap's Kernel and Permutation explainers, shapiq's KernelSHAP,
-   PermutationSamplingSV and SVARM.
+   PermutationSamplingSV, SVARM and kADDSHAP (order 2). `--seeds N` / `--explicands N` set the
+   grid; the held-out protocol's ratio table (bench/protocol.py: ours over the best shap/shapiq
+   peer, RMSE over every (explicand, seed) answer, 90% paired bootstrap interval) is printed
+   after the report.
 3. evaluations needed to reach an RMSE threshold, from the section-2 grid.
 4. peak resident memory (VmHWM) of `python -m app` after one explain request per model.
 """
@@ -49,6 +53,7 @@ import shap  # noqa: E402
 import shapiq  # noqa: E402
 
 from app.settings import Settings  # noqa: E402
+from bench.protocol import ratio_interval  # noqa: E402
 from explainers import shapley_values  # noqa: E402
 from explainers.games import all_masks  # noqa: E402
 from explainers.games.masked import MaskedModelGame  # noqa: E402
@@ -397,8 +402,32 @@ def make_sampled_contenders(model: Any, xs: np.ndarray, bg: np.ndarray) -> list[
             "shapiq PermutationSV", lambda s: shapiq.PermutationSamplingSV(n, random_state=s)
         ),
         shapiq_contender("shapiq SVARM", lambda s: shapiq.SVARM(n, random_state=s)),
+        shapiq_contender(
+            "shapiq kADDSHAP",
+            lambda s: shapiq.kADDSHAP(n, max_order=2, pairing_trick=True, random_state=s),
+        ),
     ]
     return contenders
+
+
+def protocol_table(sampled: dict[str, Any]) -> list[str]:
+    """Ours over the best shap/shapiq peer per budget, 90% paired bootstrap over answers (runs
+    are stored in the same (explicand, seed) order for every contender)."""
+    runs = sampled["runs"]
+    peers = [c for c in runs if not c.startswith("ours")]
+    budgets = sampled["budgets_coalitions"]
+    lines = [
+        "| ours / best shap-shapiq peer [90%] | " + " | ".join(f"{b} c" for b in budgets) + " |",
+        "|---|" + "---|" * len(budgets),
+    ]
+    for name in [c for c in runs if c.startswith("ours")]:
+        cells = []
+        for b in budgets:
+            sq = {c: np.array([r["rmse"] ** 2 for r in runs[c][b]]) for c in [name, *peers]}
+            ratio = ratio_interval(sq.pop(name), sq)
+            cells.append(f"{ratio} ({ratio.best})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def bench_sampled(
@@ -743,6 +772,8 @@ def main() -> None:
     parser.add_argument("--skip-server", action="store_true", help="skip section 4")
     parser.add_argument("--only", choices=["exact", "sampled", "server"], help="one section")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument("--seeds", type=int, default=None, help="section 2: seeds 0..N-1")
+    parser.add_argument("--explicands", type=int, default=None, help="section 2: test rows")
     args = parser.parse_args()
     if args.quick:
         cfg = {
@@ -755,6 +786,10 @@ def main() -> None:
             "budgets": [500, 1000, 2000, 5000, 10000], "ref": 1 << 18,
             "thresholds": [1e-2, 5e-3, 3e-3, 2e-3, 1e-3],
         }  # fmt: skip
+    if args.seeds:
+        cfg["seeds"] = list(range(args.seeds))
+    if args.explicands:
+        cfg["sampled_x"] = args.explicands
     reg = ModelRegistry(Settings().model_dir)
     res: dict[str, Any] = {
         "quick": args.quick,
@@ -782,6 +817,9 @@ def main() -> None:
     res["load_after"] = load_average()
     res["seconds_total"] = time.perf_counter() - t0
     print_report(res)
+    if "sampled" in res:
+        print("\n== section 2 under the held-out protocol ==")
+        print("\n".join(protocol_table(res["sampled"])))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"shapley_bench{'_quick' if args.quick else ''}.json"
     path.write_text(json.dumps(res, indent=1, default=_json_default))
