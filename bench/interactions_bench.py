@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 import shapiq  # noqa: E402
 
 from app.settings import Settings  # noqa: E402
+from bench.protocol import ratio_interval  # noqa: E402
 from bench.shapley_bench import (  # noqa: E402  (also limits torch/BLAS to one thread)
     Contender,
     CountingPredict,
@@ -291,7 +292,36 @@ def sv_contenders(setup: Setup) -> list[Contender]:
         ),
         theirs("shapiq PermutationSV", lambda s: shapiq.PermutationSamplingSV(n, random_state=s)),
         theirs("shapiq SVARM", lambda s: shapiq.SVARM(n, random_state=s)),
+        theirs(
+            "shapiq kADDSHAP",
+            lambda s: shapiq.kADDSHAP(n, max_order=2, pairing_trick=True, random_state=s),
+        ),
     ]
+
+
+def protocol_table(section: dict[str, Any]) -> list[str]:
+    """The held-out protocol's ratios (bench/protocol.py): each of ours over the best shapiq
+    contender per budget, RMSE over every (explicand, seed) answer, 90% paired bootstrap
+    interval; contenders with fewer runs (the slow SVARM ones) are left out of the best."""
+    runs, budgets = section["runs"], section["budgets_coalitions"]
+    theirs = [c for c in runs if c.startswith("shapiq")]
+    lines = [
+        f"{section['game']} {section['index']}: ours / best shapiq [90%], "
+        f"{section['explicands']} explicands x {len(section['seeds'])} seeds",
+        "| contender | " + " | ".join(f"2^{b.bit_length() - 1}" for b in budgets) + " |",
+        "|---|" + "---|" * len(budgets),
+    ]
+    for name in [c for c in runs if c.startswith("ours")]:
+        cells = []
+        for b in budgets:
+            if b not in runs[name]:
+                cells.append("-")
+                continue
+            sq = {c: np.array([r["rmse"] ** 2 for r in runs[c].get(b, [])]) for c in theirs}
+            ratio = ratio_interval(np.array([r["rmse"] ** 2 for r in runs[name][b]]), sq)
+            cells.append(f"{ratio} ({ratio.best.removeprefix('shapiq ')})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def memo_aware_budget(n: int, coalitions: int) -> int:
@@ -662,6 +692,7 @@ def main() -> None:
         help="also: digits SV accuracy on the exact tables with this many seeds (no timing)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument("--seeds", type=int, default=None, help="grid seeds 0..N-1 (default 2)")
     args = parser.parse_args()
     b9_14 = [1 << p for p in range(9, 15)]
     if args.quick:
@@ -687,6 +718,8 @@ def main() -> None:
         "sections": [],
     }
     t0 = time.perf_counter()
+    if args.seeds:
+        cfg["seeds"] = list(range(args.seeds))
     seeds, budgets = cfg["seeds"], cfg["budgets"]
     if args.only in (None, "cancer"):
         setup = cancer_setup(reg, cfg["cancer_x"])
@@ -720,11 +753,13 @@ def main() -> None:
             bench_index(setup, "SV", ref, seeds, budgets, {"shapiq SVARM": cfg["svarm"]})
         )
         print_section(res["sections"][-1])
+        print("\n".join(protocol_table(res["sections"][-1])), flush=True)
         print("  k-SII ...", flush=True)
         ref["error_estimate"] = ks_ref["error_estimate"]
         slow = dict.fromkeys(SVARM_IQ, cfg["svarmiq_cancer"])
         res["sections"].append(bench_index(setup, "k-SII", ref, seeds, budgets, slow))
         print_section(res["sections"][-1])
+        print("\n".join(protocol_table(res["sections"][-1])), flush=True)
     if args.only in (None, "digits"):
         setup = digits_setup(reg, cfg["digits_x"])
         print("digits-cnn: exact references ...", flush=True)
@@ -745,6 +780,7 @@ def main() -> None:
             )
             res["sections"].append(bench_index(setup, index, dref, seeds, budgets, slow))
             print_section(res["sections"][-1])
+            print("\n".join(protocol_table(res["sections"][-1])), flush=True)
         if args.table_seeds:
             print(f"  SV accuracy on the exact tables, {args.table_seeds} seeds ...", flush=True)
             chk = table_sv_check(setup, dref, list(range(args.table_seeds)), budgets)
