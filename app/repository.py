@@ -23,6 +23,7 @@ from models.adapters.facts import Facts
 from models.adapters.remote import reveal_remote_detail
 from models.adapters.user import FORMATS, Declaration
 from models.base import Model, ModelError
+from models.modality import Modality
 from models.sandbox import sandboxed_facts as file_facts  # booster files: read in workers
 from models.sandbox import sandboxed_register as register_model  # worker processes
 from models.store import ModelStore
@@ -163,7 +164,7 @@ def declaration(
     wrong = _contradictions(fmt, facts, modality, shape, outputs, features, task)
     if wrong:
         raise InvalidInput("; ".join(wrong), code="invalid_model")
-    if fmt == "remote" and modality == "text":
+    if fmt == "remote" and modality == Modality.TEXT:
         return _remote_text(name, outputs, shape, features, task, input_range, remote_url,
                             remote_output, remote_auth)  # fmt: skip
     modality = modality or facts.modality
@@ -177,7 +178,7 @@ def declaration(
             f"{'them' if len(missing) > 1 else 'it'} as form fields (modality: tabular or image; "
             "input_shape and output_names: JSON lists)"
         )
-    if modality not in ("tabular", "image"):
+    if modality not in (Modality.TABULAR, Modality.IMAGE):
         raise InvalidInput(
             "modality must be tabular or image for a model file (text: a remote_url with "
             "modality text, or a Hugging Face or ONNX checkpoint folder as format huggingface)"
@@ -353,7 +354,7 @@ async def register(
             )
         )
         return await _store(request, decl, files)
-    if fmt == "remote" and modality == "text" and background is not None:
+    if fmt == "remote" and modality == Modality.TEXT and background is not None:
         raise InvalidInput("a remote text model takes no background rows (absent words are "
                            "deleted or masked)")  # fmt: skip
     facts = Facts()

@@ -18,6 +18,7 @@ from app.service import ExplainService
 from explainers.amortized.salvage.train import SalvageTrainOptions
 from explainers.explanation import OptionError
 from models.base import Model
+from models.modality import Modality
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
@@ -102,7 +103,7 @@ def _artifact_summary(store: JobStore, job: Job, method: str, *config: str) -> d
 
 
 def _learnable(model: Model) -> None:
-    if model.modality != "tabular":
+    if model.modality != Modality.TABULAR:
         raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
     if not model.differentiable:
         raise Unprocessable(
@@ -212,7 +213,7 @@ def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
 
 
 def _salvageable(model: Model) -> None:
-    if model.modality != "image" or model.task != "classification":
+    if model.modality != Modality.IMAGE or model.task != "classification":
         raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
     if not model.differentiable or next(model.torch_module().parameters(), None) is None:
         raise ApiError(

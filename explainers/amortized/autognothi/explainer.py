@@ -15,7 +15,7 @@ database every process shares, never used for another model version.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.text import text_games, word_spans
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions
 from models.base import Model, TextModel
 
 VERSION = "1"
@@ -81,7 +81,7 @@ def store_of(artifacts: Artifacts) -> AutoGnothiStore:
 class AutoGnothiOptions(ExplainerOptions):
     """Options of the `autognothi` explainer: which trained side network answers."""
 
-    artifact: str | None = Field(
+    artifact: Annotated[str | None, EVERYWHERE] = Field(
         None,
         max_length=64,
         description="id of a trained side network (a train-autognothi job's summary.artifact); "

@@ -9,7 +9,7 @@ Naouar et al. (ICLR 2025).
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from explainers.context import NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import patch_groups
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions
 from models.base import Model
 
 VERSION = "1"
@@ -68,16 +68,16 @@ class SalvageStore(ArtifactStore[salvage.Trained]):
 class SalvageOptions(ExplainerOptions):
     """Options of the `salvage` explainer: which trained artifact answers."""
 
-    artifact: str | None = Field(
+    artifact: Annotated[str | None, EVERYWHERE] = Field(
         None,
         max_length=64,
         description="id of a trained artifact (a train-salvage job's summary.artifact); "
         "default: the newest one for this model version that matches objective and sampler",
     )
-    objective: Literal["distribution", "squared"] | None = Field(
+    objective: Annotated[Literal["distribution", "squared"] | None, EVERYWHERE] = Field(
         None, description="pick the newest artifact trained with this objective"
     )
-    sampler: Literal["informed", "kernel", "uniform"] | None = Field(
+    sampler: Annotated[Literal["informed", "kernel", "uniform"] | None, EVERYWHERE] = Field(
         None, description="pick the newest artifact trained with this sampler"
     )
 
