@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from explainers import attribot, cocoa, rankshap
 from explainers.amortized.autognothi import explainer as autognothi
 from explainers.amortized.salvage import explainer as salvage
+from explainers.amortized.training import Training
 from explainers.context import LEARNED_BASELINE, Explainer, ExplainRequest, Pin
 from explainers.explanation import ExplainResult, OptionError
 from explainers.games import ExplainerError
@@ -94,8 +95,14 @@ class ExplainerSpec:
     # Binds the options to stored state before the cache key is made: a learned baseline's
     # values, the trained artifact that answers (raises NotTrainedError when none is).
     pin: Pin | None = None
-    # The job kind that trains this explainer's artifacts (named in the 409 before training).
-    train_job: str | None = None
+    # An amortized explainer's training, declared once: the job kind that trains its artifacts
+    # (named in the 409 before training) and everything that job runs (app/jobs/training.py).
+    training: Training | None = None
+
+    @property
+    def train_job(self) -> str | None:
+        """The job kind that trains this explainer's artifacts, if it is trained."""
+        return None if self.training is None else self.training.job
 
     @property
     def explainer(self) -> Explainer:
@@ -221,7 +228,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         needs=(Need.DIFFERENTIABLE, Need.CLASSIFIER),
         uses_context=True,
         pin=salvage.PIN,
-        train_job="train-salvage",
+        training=salvage.TRAINING,
     ),
     ExplainerSpec(
         "autognothi",
@@ -235,7 +242,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         needs=(Need.CLASSIFIER, Need.HIDDEN_STATES),
         uses_context=True,
         pin=autognothi.PIN,
-        train_job=autognothi.TRAIN_JOB,
+        training=autognothi.TRAINING,
     ),
     ExplainerSpec(
         "attribot",

@@ -67,3 +67,17 @@ def test_a_request_answers_as_the_library_call() -> None:
     assert via_contract.parameters == direct.parameters
     again = spec.explain(replace(request, inputs=2 * x))  # requests are values: replace
     np.testing.assert_allclose(again.explanations[0].values, [2.0, -8.0, 3.0], atol=1e-6)
+
+
+def test_trained_explainers_declare_their_training_once() -> None:
+    from app.jobs.kinds import NAMES, kind
+
+    trained = [s for s in EXPLAINERS if s.training is not None]
+    assert {s.name for s in trained} == {"salvage", "autognothi"}
+    for spec in trained:
+        assert spec.training is not None and spec.train_job == spec.training.job
+        assert spec.uses_context and spec.pin is not None  # answers from a stored artifact
+        assert set(spec.training.summary) <= set(spec.training.options.model_fields)
+        assert spec.training.job in NAMES and kind(spec.training.job).training
+        assert spec.training.total(spec.training.options()) >= 2  # progress, then the artifact
+    assert [n for n in NAMES if n.startswith("train-")] == [s.train_job for s in trained]

@@ -32,6 +32,7 @@ from explainers.amortized.autognothi.train import (
 )
 from explainers.amortized.progress import Progress
 from explainers.amortized.store import ArtifactInfo, ArtifactStore
+from explainers.amortized.training import CannotTrain, Training
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
 from explainers.games.deadlines import check_deadline
@@ -149,6 +150,38 @@ def trained_artifact(
     return None if trained is None else store.save(model, trained)
 
 
+def _trainable(model: Model) -> TextModel:
+    try:
+        return check_model(model)
+    except OptionError as exc:
+        raise CannotTrain(str(exc), "unsupported_model") from None
+
+
+def _check_inputs(model: Model, inputs: Any) -> None:
+    if inputs is not None:
+        check_texts(inputs)
+
+
+def _results(options: AutoGnothiTrainOptions) -> int:
+    """The targets' record, one per epoch, then the artifact."""
+    return options.epochs + 2
+
+
+def _train(
+    model: Model,
+    options: AutoGnothiTrainOptions,
+    artifacts: Artifacts,
+    texts: list[str] | None,
+    progress: Progress,
+) -> ArtifactInfo | None:
+    if not isinstance(model, TextModel):  # checked before: check_model
+        raise CannotTrain("AutoGnothi explains text classifiers", "unsupported_model")
+    return trained_artifact(model, options, artifacts, texts, progress)
+
+
+TRAINING = Training(TRAIN_JOB, AutoGnothiTrainOptions, _trainable, _check_inputs, _results, _train)
+
+
 @dataclass(frozen=True)
 class Amortized:
     """Explanations of a batch of texts from one encoder pass and the side network."""
@@ -243,6 +276,7 @@ def explain(
 
 __all__ = [
     "PIN",
+    "TRAINING",
     "TRAIN_JOB",
     "AutoGnothiOptions",
     "AutoGnothiStore",
