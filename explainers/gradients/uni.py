@@ -31,7 +31,7 @@ from explainers.gradients.integrated import (
     score_function,
     scores_at,
 )
-from explainers.options import EVERYWHERE, ExplainerOptions
+from explainers.options import ARRAYS, EVERYWHERE, ExplainerOptions
 from models.base import Model, TextModel
 from models.modality import Modality
 
@@ -94,10 +94,10 @@ class UniOptions(ExplainerOptions):
         description="share of the copy's drop in the class probability the baseline must reach; "
         "below it the explanation warns baseline_not_reached",
     )
-    clip_min: Annotated[float | None, EVERYWHERE] = Field(
+    clip_min: Annotated[float | None, ARRAYS] = Field(  # text: embeddings have no range
         None, description="lowest valid input value; default: the model's input_range"
     )
-    clip_max: Annotated[float | None, EVERYWHERE] = Field(
+    clip_max: Annotated[float | None, ARRAYS] = Field(
         None, description="highest valid input value; default: the model's input_range"
     )
     ig_steps: Annotated[int, EVERYWHERE] = Field(

@@ -62,7 +62,7 @@ MISPLACED = _misplaced()
 
 def test_each_array_and_text_modality_has_misplaced_options() -> None:
     assert {m for _, m, _ in MISPLACED} == set(ARRAY_AND_TEXT)
-    assert {e for e, _, _ in MISPLACED} == {"shapley", "sufficient-subset"}
+    assert {e for e, _, _ in MISPLACED} == {"shapley", "sufficient-subset", "uni"}
 
 
 @pytest.mark.parametrize(("explainer", "modality", "option"), MISPLACED)
