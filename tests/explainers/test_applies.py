@@ -193,3 +193,18 @@ def test_echo_leaves_out_what_did_not_apply() -> None:
     echo = shapley.ShapleyOptions().echo(Modality.IMAGE, values={"players": "superpixels"})
     assert "n_segments" in echo and "patch_size" not in echo
     assert TEXTS.fits(Modality.TEXT) and not TEXTS.fits(Modality.IMAGE) and TEXTS.fits(None)
+
+
+def test_no_explainer_decides_applicability_by_hand() -> None:
+    """No `model_fields_set` test and no popping of the echo in the families that had them:
+    check_applies and echo decide from the declarations."""
+    import inspect
+
+    from explainers import attribot, rankshap
+    from explainers.gradients import integrated, uni_text
+    from explainers.trust import evaluation
+
+    modules = (shapley, sufficient, cocoa, rankshap, attribot, evaluation, integrated, uni_text)
+    for module in modules:
+        source = inspect.getsource(module)
+        assert "model_fields_set" not in source and "echo.pop(" not in source, module.__name__
