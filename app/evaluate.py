@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -61,17 +62,7 @@ def attach_evaluation(p: Prepared, result: ExplainResult, context: RunContext) -
         return result
 
     def rerun(xs: np.ndarray, out: int) -> np.ndarray:
-        again = spec.explain(
-            p.model,
-            xs,
-            context,
-            options=p.options,
-            target=out,
-            seed=req.seed,
-            budget=req.budget,
-            background=p.background,
-            **p.fields,
-        )
+        again = spec.explain(replace(p.request(context), inputs=xs, target=out))
         return np.stack([e.values for e in again.explanations])
 
     return _evaluate_result(

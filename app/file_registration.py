@@ -15,6 +15,7 @@ from app.errors import InvalidInput
 from models.adapters.archive import is_gzip, is_tar, zip_names
 from models.adapters.facts import Facts
 from models.adapters.user import FORMATS, Declaration
+from models.modality import Modality
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_FEATURES = 3 * 512 * 512  # values per row: RGB images up to 512x512
@@ -151,7 +152,7 @@ def declaration(
     wrong = _contradictions(fmt, facts, modality, shape, outputs, features, task)
     if wrong:
         raise InvalidInput("; ".join(wrong), code="invalid_model")
-    if fmt == "remote" and modality == "text":
+    if fmt == "remote" and modality == Modality.TEXT:
         return _remote_text(name, outputs, shape, features, task, input_range, remote_url,
                             remote_output, remote_auth)  # fmt: skip
     modality = modality or facts.modality
@@ -165,7 +166,7 @@ def declaration(
             f"{'them' if len(missing) > 1 else 'it'} as form fields (modality: tabular or image; "
             "input_shape and output_names: JSON lists)"
         )
-    if modality not in ("tabular", "image"):
+    if modality not in (Modality.TABULAR, Modality.IMAGE):
         raise InvalidInput(
             "modality must be tabular or image for a model file (text: a remote_url with "
             "modality text, or a Hugging Face or ONNX checkpoint folder as format huggingface)"

@@ -9,6 +9,7 @@ import numpy as np
 
 from app.errors import InvalidInput
 from models.base import Model, TextModel
+from models.modality import Modality
 
 
 def _not_number(item: Any) -> Any:
@@ -97,7 +98,7 @@ def to_array(model: Model, items: list[Any], field: str, empty_texts: bool = Fal
         return np.array(texts, str)
     if any(isinstance(it, bool) for it in items):
         raise InvalidInput(f"{field}: expected rows of numbers")
-    if model.modality != "image" and items and not isinstance(items[0], (list, dict)):
+    if model.modality != Modality.IMAGE and items and not isinstance(items[0], (list, dict)):
         raise InvalidInput(f"{field}: expected a list of rows, e.g. [[...], [...]]")
     return np.stack([_row(model, it, f"{field}[{i}]") for i, it in enumerate(items)])
 

@@ -20,6 +20,7 @@ from models.adapters.facts import Facts
 from models.adapters.remote import reveal_remote_detail
 from models.adapters.user import Declaration
 from models.base import Model, ModelError
+from models.modality import Modality
 from models.sandbox import sandboxed_facts as file_facts  # booster files: read in workers
 from models.sandbox import sandboxed_register as register_model  # worker processes
 from models.store import ModelStore
@@ -133,7 +134,7 @@ async def register(
             )
         )
         return await _store(request, decl, files)
-    if fmt == "remote" and modality == "text" and background is not None:
+    if fmt == "remote" and modality == Modality.TEXT and background is not None:
         raise InvalidInput("a remote text model takes no background rows (absent words are "
                            "deleted or masked)")  # fmt: skip
     facts = Facts()

@@ -36,6 +36,7 @@ from app.schemas import (
 from app.service import ExplainService
 from explainers.registry import EXPLAINERS, ExplainerSpec, catalog
 from models.base import Model, RankerModel, TextModel
+from models.modality import Modality
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -129,7 +130,7 @@ def metadata(model: Model) -> ModelMetadata:
         # An image's pixel names (x0, x1, ...) say nothing its input shape does not: past
         # ECHO_LIMIT values they are left out (1.5 MB of names at 3x224x224).
         feature_names=[]
-        if model.modality == "image" and model.n_features > ECHO_LIMIT
+        if model.modality == Modality.IMAGE and model.n_features > ECHO_LIMIT
         else list(model.feature_names),
         output_names=list(model.output_names),
         explainers=catalog(model),

@@ -39,7 +39,7 @@ from app.schemas import (
     spec_fields,
 )
 from app.settings import Settings
-from explainers.context import Artifacts, NotTrainedError, RunContext
+from explainers.context import Artifacts, ExplainRequest, NotTrainedError, RunContext
 from explainers.estimators.budget import ceiling
 from explainers.explanation import ExplainResult, OptionError
 from explainers.games import Cancelled, DeadlineExceeded, ExplainerError, deadline
@@ -99,6 +99,13 @@ class Prepared:
     timeout_ms: int | None = None  # the limit in force: the request's or the server's default
     default_limit: bool = False  # the limit is the server's DEFAULT_TIMEOUT_MS
     cancel: Callable[[], bool] | None = None  # true once the caller withdrew (client left)
+
+    def request(self, context: RunContext) -> ExplainRequest:
+        """The explainer's typed request, for all the targets asked."""
+        return ExplainRequest(
+            self.model, self.inputs, self.options, self.target, self.req.seed, self.req.budget,
+            self.background, self.fields, context,
+        )  # fmt: skip
 
 
 class ExplainService:
@@ -341,17 +348,7 @@ class ExplainService:
         explanations in the order asked) and meta.targets saying how the budget was spent."""
 
         def once(target: int | tuple[int, ...] | None) -> ExplainResult:
-            return p.spec.explain(
-                p.model,
-                p.inputs,
-                context,
-                options=p.options,
-                target=target,
-                seed=p.req.seed,
-                budget=p.req.budget,
-                background=p.background,
-                **p.fields,
-            )
+            return p.spec.explain(replace(p.request(context), target=target))
 
         if not isinstance(p.target, tuple):
             return once(p.target)

@@ -20,6 +20,7 @@ from app.routes import explain_route
 from app.schemas import ExplainRequestBase, ExplainResponse, request_model
 from app.service import ExplainService
 from explainers.registry import EXPLAINERS, ExplainerSpec
+from models.modality import Modality
 
 STATIC = Path(__file__).parent / "static"
 MEDIA = {"png": "image/png", "svg": "image/svg+xml"}
@@ -122,7 +123,7 @@ def top_classes(svc: ExplainService, answer: ExplainResponse, index: int) -> plo
         model = svc.model(answer.model_name)
         if (
             model.version != answer.model_version
-            or model.modality != "image"
+            or model.modality != Modality.IMAGE
             or model.task != "classification"
         ):
             return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,7 +27,7 @@ from explainers.games import BudgetError, GameRecorder
 from explainers.games.deadlines import check_deadline
 from explainers.games.sentences import build_tree
 from explainers.games.spans import PLACEHOLDER, Prompting, SpanGame, SpanMaskGame
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions, applies
 from explainers.trust import caveats
 from models.lm_protocol import LanguageModelProtocol as LanguageModel
 
@@ -54,42 +54,73 @@ class AttriBoTFields(BaseModel):
     )
 
 
+# Where the options apply (explainers/options.py; echoed only there): the tricks to the
+# attribot method, the cache to the methods that may use one (loo is the reference: never the
+# cache), generation to a response the model writes (`generated`, a value of the request).
+CONTEXTCITE = applies(when={"method": ["contextcite"]})
+CACHED = applies(when={"method": ["attribot", "contextcite"]})
+TRICK = applies(when={"method": ["attribot"]})
+HIERARCHICAL = applies(when={"hierarchical": [True]})
+PRUNED = applies(when={"prune": [True]})
+GENERATED = applies(when={"generated": [True]})
+
+
 class AttriBoTOptions(ExplainerOptions):
     """Method and tricks. Defaults marked (ours) are not given by the paper."""
-    method: Literal["attribot", "loo", "contextcite"] = Field(
+    method: Annotated[Literal["attribot", "loo", "contextcite"], EVERYWHERE] = Field(
         "attribot",
         description="attribot: LOO with the tricks below; loo: exact LOO without any trick "
         "(the reference); contextcite: random ablations + Lasso surrogate",
     )
-    granularity: Literal["sentence", "paragraph"] = "sentence"
-    kv_cache: bool = Field(True, description="reuse the cached keys/values of the shared prefix")
-    hierarchical: bool = Field(False, description="paragraph LOO first, then sentences inside")
-    keep_paragraphs: int = Field(2, ge=1, description="hierarchical: paragraphs kept (ours: 2)")
-    proxy_model: str | None = Field(
+    granularity: Annotated[Literal["sentence", "paragraph"], EVERYWHERE] = "sentence"
+    kv_cache: Annotated[bool, CACHED] = Field(
+        True, description="reuse the cached keys/values of the shared prefix"
+    )
+    hierarchical: Annotated[bool, TRICK] = Field(
+        False, description="paragraph LOO first, then sentences inside"
+    )
+    keep_paragraphs: Annotated[int, HIERARCHICAL] = Field(
+        2, ge=1, description="hierarchical: paragraphs kept (ours: 2)"
+    )
+    proxy_model: Annotated[str | None, TRICK] = Field(
         None, description="score with this smaller LM instead of the target (e.g. smollm2-135m)"
     )
-    prune: bool = Field(False, description="proxy LOO prunes sentences, the target rescores")
-    pruning_model: str = Field("smollm2-135m", description="prune: the proxy that prunes")
-    keep_sentences: int = Field(5, ge=1, description="prune: sentences kept (ours: 5)")
-    max_new_tokens: int = Field(
+    prune: Annotated[bool, TRICK] = Field(
+        False, description="proxy LOO prunes sentences, the target rescores"
+    )
+    pruning_model: Annotated[str, PRUNED] = Field(
+        "smollm2-135m", description="prune: the proxy that prunes"
+    )
+    keep_sentences: Annotated[int, PRUNED] = Field(
+        5, ge=1, description="prune: sentences kept (ours: 5)"
+    )
+    max_new_tokens: Annotated[int, GENERATED] = Field(
         32, ge=1, le=256, description="response generation (ours: 32; paper: 512)"
     )
-    stop: str | None = Field(
+    stop: Annotated[str | None, GENERATED] = Field(
         "\n",
         max_length=20,
         description="a generated response ends before the first occurrence of this text "
         "(ours: a newline; a pretrained model keeps writing past its answer)",
     )
-    prompt_template: str = Field(
+    prompt_template: Annotated[str, EVERYWHERE] = Field(
         DEFAULT_TEMPLATE,
         max_length=2000,
         description="with {context} and {query} once each (ours: plain text; gemma3-270m is "
         "a pretrained model without a chat template)",
     )
-    batch_size: int = Field(8, ge=1, le=64, description="ablations per forward pass")
-    n_ablations: int = Field(64, ge=2, le=1024, description="contextcite (library default)")
-    keep_prob: float = Field(0.5, gt=0, lt=1, description="contextcite: P(span kept)")
-    lasso_alpha: float = Field(0.01, ge=0, description="contextcite: Lasso α (paper's 0.01)")
+    batch_size: Annotated[int, EVERYWHERE] = Field(
+        8, ge=1, le=64, description="ablations per forward pass"
+    )
+    n_ablations: Annotated[int, CONTEXTCITE] = Field(
+        64, ge=2, le=1024, description="contextcite (library default)"
+    )
+    keep_prob: Annotated[float, CONTEXTCITE] = Field(
+        0.5, gt=0, lt=1, description="contextcite: P(span kept)"
+    )
+    lasso_alpha: Annotated[float, CONTEXTCITE] = Field(
+        0.01, ge=0, description="contextcite: Lasso α (paper's 0.01)"
+    )
 
 
 def _contextcite(
@@ -219,25 +250,7 @@ def attribute(
         players=tuple(spans),
         details=details,
     )
-    return explanation, _echo(o, generated)
-
-
-def _echo(o: AttriBoTOptions, generated: bool) -> dict[str, Any]:
-    """The options as applied, less those this request did not use (DESIGN.md 4.4)."""
-    drop: set[str] = set()
-    if o.method != "contextcite":
-        drop |= {"n_ablations", "keep_prob", "lasso_alpha"}
-    if o.method == "loo":
-        drop.add("kv_cache")  # loo is the reference: never the cache
-    if o.method != "attribot":
-        drop |= {"hierarchical", "proxy_model", "prune"}
-    if not o.hierarchical:
-        drop.add("keep_paragraphs")
-    if not o.prune:
-        drop |= {"pruning_model", "keep_sentences"}
-    if not generated:
-        drop |= {"max_new_tokens", "stop"}
-    return o.echo(drop=drop)
+    return explanation, o.echo(values={"generated": generated})
 
 
 def _response(

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -31,19 +31,27 @@ from explainers.estimators.registry import (
     shapley_values,
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
-from explainers.games.absence import Absence, references
+from explainers.games.absence import Absence, is_image, references
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import MaskedModelGame, patch_groups
 from explainers.games.targets import Similarity as Target
 from explainers.games.targets import unit as _unit
 from explainers.games.text import TextGame, token_spans, word_spans
-from explainers.options import ExplainerOptions
+from explainers.options import ARRAYS, EVERYWHERE, TEXTS, ExplainerOptions, applies
 from explainers.shapley.runs import pick
 from models.base import Model, TextModel
+from models.modality import Modality
 
 VERSION = "2"  # 2: one blur for every explainer (edges repeated; images only)
 MAX_SET = 5000  # rows in a corpus or foil
 log = logging.getLogger(__name__)
+
+# Where the options apply (explainers/options.py): by the encoder's inputs (texts, images or
+# rows), by the method, and foil_size only to foil 'auto' (the request's foil, passed as a value)
+SHAPLEY = applies(when={"method": ["shapley"]})
+SHAPLEY_ARRAYS = applies(Modality.TABULAR, Modality.IMAGE, when={"method": ["shapley"]})
+GRADIENTS = applies(when={"method": ["integrated_gradients"]})
+AUTO_FOIL = applies(when={"foil": ["auto"]})
 
 
 class CocoaFields(BaseModel):
@@ -64,38 +72,48 @@ class CocoaFields(BaseModel):
 
 class CocoaOptions(ExplainerOptions):
     """Options of the `cocoa` explainer."""
-    objective: Literal["contrastive", "corpus", "explicand"] = Field(
+    objective: Annotated[Literal["contrastive", "corpus", "explicand"], EVERYWHERE] = Field(
         "contrastive",
         description="contrastive: corpus minus foil similarity (COCOA); corpus: corpus "
         "similarity only; explicand: similarity to the explicand's own embedding (label-free, "
         "for comparison)",
     )
-    similarity: Literal["cosine", "dot"] = Field("cosine", description="similarity of embeddings")
-    method: Literal["shapley", "integrated_gradients"] = Field(
+    similarity: Annotated[Literal["cosine", "dot"], EVERYWHERE] = Field(
+        "cosine", description="similarity of embeddings"
+    )
+    method: Annotated[Literal["shapley", "integrated_gradients"], EVERYWHERE] = Field(
         "shapley",
         description="shapley: patches or words through our estimators; integrated_gradients: "
         "per input feature, differentiable (non-text) encoders only",
     )
-    foil_size: int = Field(
+    foil_size: Annotated[int, AUTO_FOIL] = Field(
         1500, ge=1, le=MAX_SET, description="foil='auto': rows sampled (paper: 1500)"
     )
-    estimator: EstimatorChoice = Field(
+    estimator: Annotated[EstimatorChoice, SHAPLEY] = Field(
         "auto",
         description="shapley: exact when 2^n coalitions fit the budget, else KernelSHAP; "
         "regression: surrogate_kernel's old name, accepted for this release only",
     )
-    sampler: SamplerName = Field("kernel", description="kernel sampler")
-    patch_size: int = Field(2, ge=1, le=64, description="images, shapley: side of a patch")
-    baseline: Literal["zero", "blur", "mean"] = Field(
+    sampler: Annotated[SamplerName, SHAPLEY] = Field("kernel", description="kernel sampler")
+    patch_size: Annotated[int, SHAPLEY_ARRAYS] = Field(
+        2, ge=1, le=64, description="images, shapley: side of a patch"
+    )
+    baseline: Annotated[Literal["zero", "blur", "mean"], ARRAYS] = Field(
         "zero",
         description="arrays: value of an absent patch (shapley) or the path start "
         "(integrated_gradients): zeros, a Gaussian blur of the input, or the mean of the "
         "model's background [ours: zero; the paper blurs large images]",
     )
-    blur_sigma: float = Field(1.0, gt=0, le=16, description="baseline='blur': sigma in pixels")
-    steps: int = Field(50, ge=2, le=1000, description="integrated_gradients: path points")
-    players: Literal["words", "tokens"] = Field("words", description="texts: the players")
-    absence: Literal["delete", "mask"] = Field(
+    blur_sigma: Annotated[float, ARRAYS] = Field(
+        1.0, gt=0, le=16, description="baseline='blur': sigma in pixels"
+    )
+    steps: Annotated[int, GRADIENTS] = Field(
+        50, ge=2, le=1000, description="integrated_gradients: path points"
+    )
+    players: Annotated[Literal["words", "tokens"], TEXTS] = Field(
+        "words", description="texts: the players"
+    )
+    absence: Annotated[Literal["delete", "mask"], TEXTS] = Field(
         "delete", description="texts: an absent word is deleted or replaced by the mask token"
     )
 
@@ -225,7 +243,7 @@ def _integrated_gradients(
 
 
 def _check(model: Model, options: CocoaOptions, target: int | None, background: Any) -> None:
-    if model.modality != "encoder":
+    if model.modality != Modality.ENCODER:
         raise OptionError(f"cocoa explains encoders; {model.name!r} is a {model.modality} model")
     if target is not None:
         raise OptionError("cocoa explains a similarity of embeddings; target does not apply")
@@ -234,12 +252,14 @@ def _check(model: Model, options: CocoaOptions, target: int | None, background: 
     is_text = isinstance(model, TextModel)
     if is_text and options.method == "integrated_gradients":
         raise OptionError("integrated_gradients needs an encoder of arrays; use method='shapley'")
-    text_only = options.model_fields_set & {"players", "absence"}
-    array_only = options.model_fields_set & {"patch_size", "baseline", "blur_sigma"}
-    if is_text and array_only:
-        raise OptionError(f"{sorted(array_only)} do not apply to text encoders")
-    if not is_text and text_only:
-        raise OptionError(f"{sorted(text_only)} apply to text encoders only")
+    options.check_applies(inputs_of(model), noun="encoders")
+
+
+def inputs_of(model: Model) -> Modality:
+    """What an encoder embeds (which options apply): texts, images or rows."""
+    if isinstance(model, TextModel):
+        return Modality.TEXT
+    return Modality.IMAGE if is_image(model) else Modality.TABULAR
 
 
 def explain(
@@ -272,7 +292,6 @@ def explain(
     mu_c, c_status = mean_embedding(model, corpus_rows, normalize, store)
     mu_f, f_status = mean_embedding(model, foil_rows, normalize, store)
     contrast = Target(mu_c - mu_f, normalize)
-    is_text = isinstance(model, TextModel)
     explanations = []
     names: tuple[str, ...] = ()
     for x in inputs:
@@ -309,21 +328,9 @@ def explain(
             if options.method == "integrated_gradients"
             else default_budget(n_max, 1, options.estimator)
         )
-    echo = options.echo()
-    echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
-    if is_text:
-        for key in ("patch_size", "baseline", "blur_sigma"):
-            echo.pop(key)
-    else:
-        echo.pop("players")
-        echo.pop("absence")
-    if options.method == "integrated_gradients":
-        for key in ("estimator", "sampler", "patch_size"):
-            echo.pop(key, None)
-    else:
-        echo.pop("steps")
-    if foil != "auto":
-        echo.pop("foil_size")
+    echo = options.echo(inputs_of(model), values={"foil": "auto" if foil == "auto" else "sent"})
+    if "estimator" in echo:
+        echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     meta = {
         "corpus": {"rows": len(corpus_rows), "embedding_cache": c_status},
         "foil": {**foil_echo, "embedding_cache": f_status},

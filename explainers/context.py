@@ -1,4 +1,11 @@
-"""What an explainer gets from whoever runs it: one run context, never module globals.
+"""What an explainer gets from whoever runs it: one typed request, one run context, never
+module globals.
+
+Every explainer is an `Explainer`: an `ExplainRequest` in (model, inputs, options, target, seed,
+budget, background, the explainer's own request fields, the run context), an `ExplainResult`
+out. A family's plain library function keeps its keyword form
+(`explain(model, inputs, *, options, target, seed, budget, background, ...)`); the registry
+adapts it to the request once (explainers/registry.py, `LibraryExplainer`).
 
 The service (or a library user) builds a `RunContext` per app: a key-value store (COCOA caches
 corpus and foil mean embeddings in it), where trained explainers live (Salvage, AutoGnothi), and
@@ -10,14 +17,18 @@ travel as before, scoped to a run (explainers/games/deadlines.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from explainers.games import ExplainerError
 
 if TYPE_CHECKING:  # the context itself needs no torch
+    import numpy as np
+    from pydantic import BaseModel
+
+    from explainers.explanation import ExplainResult
     from models.base import Model
     from models.store import ModelStore
 
@@ -96,10 +107,33 @@ def _bind_learned_baseline(model: Model, options: Any, context: RunContext) -> A
 # The removal-based explainers whose `masker` may name a learned baseline (explainers/masking.py).
 LEARNED_BASELINE = Pin(_bind_learned_baseline, _uses_learned_baseline)
 
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """One explain call: the same fields for every explainer (DESIGN.md 4.15)."""
+
+    model: Model
+    inputs: np.ndarray  # the model's native rows (float32 [m, *shape], or str [m]); may be empty
+    options: BaseModel  # the explainer's options (its ExplainerSpec.options), pinned
+    target: int | tuple[int, ...] | None = None  # a tuple: several outputs, in the order asked
+    seed: int = 0
+    budget: int | None = None  # model evaluations per instance; None: the explainer's default
+    background: np.ndarray | None = None  # rows [r, *shape] the request sent
+    fields: Mapping[str, Any] = field(default_factory=dict)  # the explainer's own request fields
+    context: RunContext | None = None  # what the app offers (ExplainerSpec.uses_context)
+
+
+class Explainer(Protocol):
+    """Anything that answers an ExplainRequest with an ExplainResult."""
+
+    def __call__(self, request: ExplainRequest) -> ExplainResult: ...
+
 __all__ = [
     "LEARNED_BASELINE",
     "Artifacts",
     "BaselineLookup",
+    "ExplainRequest",
+    "Explainer",
     "KeyValueStore",
     "NoContextError",
     "NotTrainedError",

@@ -20,6 +20,7 @@ from explainers.explanation import OptionError
 from explainers.games.absence import Absence, is_image, references, scaled_sigma
 from explainers.options import array_echo
 from models.base import Model
+from models.modality import Modality
 
 BLUR_ABOVE = 32  # images with a side longer than this default to the blur masker
 
@@ -60,9 +61,10 @@ def default_masker(model: Model, background: np.ndarray | None) -> MaskerOptions
     """Rows the request sent always win (never a silent baseline beside them); else the model's
     background for tabular models; blur for images with a side over 32 px (shap's image
     maskers blur); a zero baseline for smaller images."""
-    if background is not None or (model.modality != "image" and model.background is not None):
+    image = model.modality == Modality.IMAGE
+    if background is not None or (not image and model.background is not None):
         return MaskerOptions(type="background")
-    if model.modality == "image" and max(model.input_shape[-2:]) > BLUR_ABOVE:
+    if image and max(model.input_shape[-2:]) > BLUR_ABOVE:
         return MaskerOptions(type="blur")
     return MaskerOptions(type="baseline")
 
@@ -108,7 +110,9 @@ def resolve(model: Model, masker: MaskerOptions, background: np.ndarray | None) 
     if masker.value is not None:
         absence = Absence("learned" if masker.ref is not None else "value", masker.value)
         source = "request"
-    elif model.modality == "tabular" and (background is not None or model.background is not None):
+    elif model.modality == Modality.TABULAR and (
+        background is not None or model.background is not None
+    ):
         absence = Absence("mean")
         which = "request" if background is not None else "model"
         source = f"feature means of the {which} background"

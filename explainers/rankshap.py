@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -34,7 +34,7 @@ from explainers.estimators.registry import (
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
 from explainers.games.deadlines import check_deadline
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions, applies
 from explainers.trust import caveats
 from models.base import Model, RankerModel
 
@@ -56,43 +56,47 @@ class RankShapFields(BaseModel):
     )
 
 
+# max_players chooses among the documents' terms: it does not apply to the query's
+DOCUMENT_TERMS = applies(when={"players": ["documents"]})
+
+
 class RankShapOptions(ExplainerOptions):
     """Options of the `rankshap` explainer."""
-    players: Literal["documents", "query"] = Field(
+    players: Annotated[Literal["documents", "query"], EVERYWHERE] = Field(
         "documents",
         description="documents: terms of the query and documents, an absent term is removed "
         "from every document (METHODS.md: inferred); query: the query's terms, an absent term "
         "is removed from the query [ours]",
     )
-    max_players: int = Field(
+    max_players: Annotated[int, DOCUMENT_TERMS] = Field(
         20,
         ge=1,
         le=64,
         description="players='documents': keep this many terms: query terms that occur in a "
         "document first, then by TF-IDF summed over the documents [ours: 20; METHODS caps at 64]",
     )
-    absence: Literal["delete", "mask"] = Field(
+    absence: Annotated[Literal["delete", "mask"], EVERYWHERE] = Field(
         "delete",
         description="an absent term is deleted, or replaced by the ranker's mask token",
     )
-    k: int = Field(
+    k: Annotated[int, EVERYWHERE] = Field(
         10, ge=1, le=MAX_DOCUMENTS, description="NDCG@k cut-off (capped at the number of documents)"
     )
-    gain: Literal["exponential", "linear"] = Field(
+    gain: Annotated[Literal["exponential", "linear"], EVERYWHERE] = Field(
         "exponential",
         description="graded relevance rel = K - original rank + 1 (inferred); gain 2^rel - 1 "
         "(exponential, inferred) or rel (linear, ours)",
     )
-    estimator: EstimatorChoice = Field(
+    estimator: Annotated[EstimatorChoice, EVERYWHERE] = Field(
         "auto",
         description="auto: exact when 2^n coalitions fit the budget, else gp below 3n "
         "coalitions, KernelSHAP from 3n; regression: surrogate_kernel's old name, accepted "
         "for this release only (deprecated_name warning)",
     )
-    sampler: SamplerName = Field(
+    sampler: Annotated[SamplerName, EVERYWHERE] = Field(
         "kernel", description="coalition sampler of the kernel estimator"
     )
-    fidelity_min_range: float = Field(
+    fidelity_min_range: Annotated[float, EVERYWHERE] = Field(
         0.05,
         ge=0,
         le=1,
@@ -366,8 +370,7 @@ def explain(
     flat = caveats.flat(explanation, model)  # the generic rule, so one caveat, not two
     if flat is not None:
         explanation = replace(explanation, warnings=(flat,))
-    # max_players chooses among the documents' terms: it does not apply to the query's
-    echo = options.echo(drop={"max_players"} if options.players == "query" else ())
+    echo = options.echo()
     echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     echo["k"] = game.k
     if options.absence == "mask":

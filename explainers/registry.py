@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel
 
 from explainers import attribot, cocoa, rankshap
 from explainers.amortized.autognothi import explainer as autognothi
 from explainers.amortized.salvage import explainer as salvage
-from explainers.context import LEARNED_BASELINE, Pin, RunContext
+from explainers.amortized.training import Training
+from explainers.context import LEARNED_BASELINE, Explainer, ExplainRequest, Pin
 from explainers.explanation import ExplainResult, OptionError
 from explainers.games import ExplainerError
 from explainers.gradients import integrated as gradients
@@ -21,6 +22,7 @@ from explainers.gradients.integrated_text import hook_of
 from explainers.shapley import explainer as shapley
 from explainers.sufficient import explainer as sufficient
 from models.base import Model
+from models.modality import Modality
 
 
 class UnknownExplainerError(ExplainerError, KeyError):
@@ -33,42 +35,83 @@ class UnknownExplainerError(ExplainerError, KeyError):
         return str(self.args[0])
 
 
+class Need(StrEnum):
+    """A capability a model needs beyond its modality (models declare theirs once)."""
+
+    DIFFERENTIABLE = "differentiable"  # input gradients of torch weights
+    CLASSIFIER = "classifier"
+    HIDDEN_STATES = "hidden_states"  # a text classifier whose encoder AutoGnothi reads
+
+
+TABULAR, IMAGE, TEXT = Modality.TABULAR, Modality.IMAGE, Modality.TEXT
+ARRAYS_AND_TEXT = (TABULAR, IMAGE, TEXT)
+
+
+@dataclass(frozen=True)
+class LibraryExplainer:
+    """A family's library function as an Explainer: the one place that turns the typed request
+    into its keyword arguments, `explain(model, inputs, *, options, target, seed, budget,
+    background, **fields)`, with `context=` the run context when it takes one (AttriBoT's own
+    `context` field is its prompt's context: it takes no run context)."""
+
+    function: Callable[..., ExplainResult]
+    takes_context: bool = False
+
+    def __call__(self, request: ExplainRequest) -> ExplainResult:
+        kwargs: dict[str, Any] = {
+            "options": request.options,
+            "target": request.target,
+            "seed": request.seed,
+            "budget": request.budget,
+            "background": request.background,
+            **request.fields,
+        }
+        if self.takes_context:
+            kwargs["context"] = request.context
+        return self.function(request.model, request.inputs, **kwargs)
+
+
 @dataclass(frozen=True)
 class ExplainerSpec:
     name: str
     version: str
-    modalities: tuple[str, ...]
+    modalities: tuple[Modality, ...]
     options: type[BaseModel]
-    run: Callable[..., ExplainResult]
+    run: Callable[..., ExplainResult]  # the library function (see LibraryExplainer)
     description: str
     reference: str
     # Top-level request fields of this explainer (API.md: `query`/`documents` for RankSHAP,
     # `corpus`/`foil` for COCOA, ...): a pydantic model whose fields join the request body and
-    # reach `run` as keyword arguments.
+    # reach `run` as keyword arguments (ExplainRequest.fields).
     fields: type[BaseModel] | None = None
     # False when the explainer's own fields describe the instance (one per request) and the
     # common `inputs` list is not used; a batch audit's instances are then dicts of those fields.
     uses_inputs: bool = True
-    # Capabilities a model needs beyond its modality: "differentiable" (input gradients of torch
-    # weights), "classifier", "hidden_states" (a text classifier whose encoder AutoGnothi
-    # reads). The catalog of a model lists exactly the explainers it satisfies.
-    needs: tuple[str, ...] = ()
+    # Capabilities a model needs beyond its modality. The catalog of a model lists exactly the
+    # explainers it satisfies.
+    needs: tuple[Need, ...] = ()
     # True when `run` takes `context=` (explainers/context.py: a store, artifacts, baselines).
     uses_context: bool = False
     # Binds the options to stored state before the cache key is made: a learned baseline's
     # values, the trained artifact that answers (raises NotTrainedError when none is).
     pin: Pin | None = None
-    # The job kind that trains this explainer's artifacts (named in the 409 before training).
-    train_job: str | None = None
+    # An amortized explainer's training, declared once: the job kind that trains its artifacts
+    # (named in the 409 before training) and everything that job runs (app/jobs/training.py).
+    training: Training | None = None
 
-    def explain(
-        self, model: Model, inputs: np.ndarray, run_context: RunContext, /, **kwargs: Any
-    ) -> ExplainResult:
-        """`run`, with the run context as `context=` when the explainer takes one (AttriBoT's
-        own `context` field is its prompt's context: it takes no run context)."""
-        if self.uses_context:
-            kwargs["context"] = run_context
-        return self.run(model, inputs, **kwargs)
+    @property
+    def train_job(self) -> str | None:
+        """The job kind that trains this explainer's artifacts, if it is trained."""
+        return None if self.training is None else self.training.job
+
+    @property
+    def explainer(self) -> Explainer:
+        """This explainer as the one protocol: a typed request in, a result out."""
+        return LibraryExplainer(self.run, self.uses_context)
+
+    def explain(self, request: ExplainRequest) -> ExplainResult:
+        """The answer to one request."""
+        return self.explainer(request)
 
 
 class UnsupportedModelError(ExplainerError):
@@ -87,24 +130,24 @@ def unsupported(spec: ExplainerSpec, model: Model) -> UnsupportedModelError | No
             f"explainer {spec.name!r} does not support {model.modality} models",
             "unsupported_modality",
         )
-    if "differentiable" in spec.needs and model.modality == "text" and not hook_of(model):
+    if Need.DIFFERENTIABLE in spec.needs and model.modality == Modality.TEXT and not hook_of(model):
         return UnsupportedModelError(
             f"{spec.name} on a text model needs its input embeddings (a Hugging Face text "
             f"classifier); {model.name} does not expose them: use shapley",
             "not_differentiable",
         )
-    if "differentiable" in spec.needs and not model.differentiable:
+    if Need.DIFFERENTIABLE in spec.needs and not model.differentiable:
         return UnsupportedModelError(
             f"{spec.name} needs input gradients; {model.name} is a black box without them "
             f"({model.platform}): use shapley",
             "not_differentiable",
         )
-    if "hidden_states" in spec.needs and model.task == "classification":
+    if Need.HIDDEN_STATES in spec.needs and model.task == "classification":
         try:  # AutoGnothi trains beside a BERT encoder whose hidden states it reads
             autognothi.check_model(model)
         except OptionError as exc:
             return UnsupportedModelError(str(exc), "unsupported_model")
-    if "classifier" in spec.needs and model.task != "classification":
+    if Need.CLASSIFIER in spec.needs and model.task != "classification":
         return UnsupportedModelError(
             f"{spec.name} explains classifiers; {model.name} is a {model.task} model",
             "needs_classifier",
@@ -121,7 +164,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "shapley",
         shapley.VERSION,
-        ("tabular", "image", "text"),
+        ARRAYS_AND_TEXT,
         shapley.ShapleyOptions,
         shapley.explain,
         "Shapley values of features, image patches or words: exact, permutation or KernelSHAP",
@@ -131,29 +174,29 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "integrated-gradients",
         gradients.VERSION,
-        ("tabular", "image", "text"),
+        ARRAYS_AND_TEXT,
         gradients.IntegratedGradientsOptions,
         gradients.explain,
         "Integrated gradients from zero, constant, mean, blur, noise, supplied or background "
         "(expected gradients) baselines; re-calibrated estimators valid_ip and valid_ref",
         "Sundararajan et al. 2017; Erion et al. 2021; Sturmfels et al. 2020; Yang et al. 2023",
-        needs=("differentiable",),
+        needs=(Need.DIFFERENTIABLE,),
     ),
     ExplainerSpec(
         "uni",
         uni.VERSION,
-        ("tabular", "image", "text"),
+        ARRAYS_AND_TEXT,
         uni.UniOptions,
         uni.explain,
         "UNI: integrated gradients from an unlearning-matched baseline (one ascent step on a "
         "copy of the weights, PGD in an epsilon ball); returns the baseline",
         "Choi, Duplessis & Belongie, ICLR 2025",
-        needs=("differentiable", "classifier"),
+        needs=(Need.DIFFERENTIABLE, Need.CLASSIFIER),
     ),
     ExplainerSpec(
         "rankshap",
         rankshap.VERSION,
-        ("ranker",),
+        (Modality.RANKER,),
         rankshap.RankShapOptions,
         rankshap.explain,
         "RankSHAP: Shapley values of terms for a ranker's ranking of documents, NDCG as the game",
@@ -164,7 +207,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "cocoa",
         cocoa.VERSION,
-        ("encoder",),
+        (Modality.ENCODER,),
         cocoa.CocoaOptions,
         cocoa.explain,
         "COCOA: attributions of an encoder's contrastive corpus similarity (corpus vs foil), "
@@ -176,35 +219,35 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "salvage",
         salvage.VERSION,
-        ("image",),
+        (Modality.IMAGE,),
         salvage.SalvageOptions,
         salvage.explain,
         "Salvage: a trained explainer network gives Shapley values of image patches in one "
         "forward pass (train it with a train-salvage job)",
         "Naouar et al., ICLR 2025; Covert, Kim & Lee, ICLR 2023; Jethani et al., ICLR 2022",
-        needs=("differentiable", "classifier"),
+        needs=(Need.DIFFERENTIABLE, Need.CLASSIFIER),
         uses_context=True,
         pin=salvage.PIN,
-        train_job="train-salvage",
+        training=salvage.TRAINING,
     ),
     ExplainerSpec(
         "autognothi",
         autognothi.VERSION,
-        ("text",),
+        (Modality.TEXT,),
         autognothi.AutoGnothiOptions,
         autognothi.explain,
         "AutoGnothi: a side network beside the frozen text classifier gives word Shapley values "
         "in one forward pass (train it with a train-autognothi job)",
         "Wang et al., ICLR 2025; Jethani et al., ICLR 2022 (FastSHAP)",
-        needs=("classifier", "hidden_states"),
+        needs=(Need.CLASSIFIER, Need.HIDDEN_STATES),
         uses_context=True,
         pin=autognothi.PIN,
-        train_job=autognothi.TRAIN_JOB,
+        training=autognothi.TRAINING,
     ),
     ExplainerSpec(
         "attribot",
         attribot.VERSION,
-        ("lm",),
+        (Modality.LM,),
         attribot.AttriBoTOptions,
         attribot.explain,
         "AttriBoT: leave-one-out context attribution of a language model's response (exact LOO, "
@@ -216,14 +259,14 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
     ExplainerSpec(
         "sufficient-subset",
         sufficient.VERSION,
-        ("tabular", "image", "text"),
+        ARRAYS_AND_TEXT,
         sufficient.SufficientOptions,
         sufficient.explain,
         "A minimal sufficient subset of features, patches or words: kept alone (the rest absent "
         "as in Shapley), the model keeps its class; exact search or a pruned attribution order",
         "Carter et al. 2019 (Sufficient Input Subsets); Ribeiro et al. 2018 (Anchors); SST, "
         "ICLR 2025",
-        needs=("classifier",),
+        needs=(Need.CLASSIFIER,),
         pin=LEARNED_BASELINE,
     ),
 )

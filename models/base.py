@@ -10,6 +10,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from models.modality import Modality
+
 
 class ModelError(Exception):
     """Base error of the models package. Every error says what it means to a caller: `status`
@@ -140,7 +142,7 @@ class Model:
     """
 
     name: str
-    modality: str  # "tabular" | "image" | "text"
+    modality: Modality  # a plain string ("tabular") is made a Modality in __post_init__
     task: str  # "regression" | "classification"
     input_shape: tuple[int, ...]  # without the batch dimension
     feature_names: tuple[str, ...]
@@ -172,6 +174,7 @@ class Model:
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "modality", Modality(self.modality))
         if self.module is None or self.predict_fn is not None:
             object.__setattr__(self, "differentiable", False)
         if not self.version:  # no module: the hash of no weights, as an empty module's

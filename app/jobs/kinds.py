@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.jobs import audit, training
 from app.jobs.context import JobContext
 from app.jobs.store import Job, JobStore
 from app.service import ExplainService
+from explainers.registry import EXPLAINERS
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
@@ -50,19 +52,16 @@ KINDS: tuple[JobKind, ...] = (
         training.run_learn_baseline,
         training.summarise_learned,
     ),
-    _training(
-        "train-salvage",
-        training.validate_salvage,
-        training.salvage_total,
-        training.run_train_salvage,
-        training.summarise_salvage,
-    ),
-    _training(
-        "train-autognothi",
-        training.validate_autognothi,
-        training.autognothi_total,
-        training.run_train_autognothi,
-        training.summarise_autognothi,
+    *(  # every trained explainer, from the training its registry line declares
+        _training(
+            spec.training.job,
+            partial(training.validate_training, spec),
+            partial(training.training_total, spec),
+            partial(training.run_training, spec),
+            partial(training.summarise_training, spec),
+        )
+        for spec in EXPLAINERS
+        if spec.training is not None
     ),
 )
 NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)

@@ -1,6 +1,7 @@
-"""The training job kinds: learned baselines (Ren et al. 2023), Salvage (Naouar et al. 2025)
-and AutoGnothi (Wang et al. 2025): validation at submission, the run (one task; its results
-are progress records), the summary."""
+"""The training job kinds: learned baselines (Ren et al. 2023) and every trained explainer
+(Salvage, Naouar et al. 2025; AutoGnothi, Wang et al. 2025), run from the training its registry
+line declares (explainers/amortized/training.py): validation at submission, the run (one task;
+its results are progress records), the summary."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import ApiError, InvalidInput, Unprocessable
+from app.errors import ApiError, InvalidInput, Unprocessable, from_library
 from app.inputs import to_array
 from app.jobs.context import JobContext, cancelled, store_results
 from app.jobs.store import Job, JobStore
 from app.service import ExplainService
-from explainers.amortized.salvage.train import SalvageTrainOptions
+from explainers.amortized.training import CannotTrain, Training
 from explainers.explanation import OptionError
-from models.base import Model
+from explainers.registry import ExplainerSpec
+from models.base import Model, TextModel
+from models.modality import Modality
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
@@ -102,7 +105,7 @@ def _artifact_summary(store: JobStore, job: Job, method: str, *config: str) -> d
 
 
 def _learnable(model: Model) -> None:
-    if model.modality != "tabular":
+    if model.modality != Modality.TABULAR:
         raise ApiError("learned baselines are for tabular models", code="unsupported_modality")
     if not model.differentiable:
         raise Unprocessable(
@@ -211,108 +214,56 @@ def summarise_learned(store: JobStore, job: Job) -> dict[str, Any]:
     }
 
 
-def _salvageable(model: Model) -> None:
-    if model.modality != "image" or model.task != "classification":
-        raise ApiError("Salvage trains on image classifiers", code="unsupported_modality")
-    if not model.differentiable or next(model.torch_module().parameters(), None) is None:
-        raise ApiError(
-            f"model {model.name!r} has no trainable torch weights to fine-tune (a black box?)",
-            code="not_differentiable",
-        )
-
-
-def validate_salvage(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
-    model, options = _checked(svc, body, "train-salvage", _salvageable, SalvageTrainOptions)
-    if body.inputs is not None:
-        to_array(model, body.inputs, "inputs")
-    elif model.reference is None and model.background is None:
-        raise InvalidInput(f"model {model.name!r} has no reference images; send inputs")
-    return {"parameters": options.model_dump(mode="json"), "inputs": body.inputs}
-
-
-def salvage_total(body: JobRequest) -> int:
-    """One result per epoch, then the artifact."""
-    opts = SalvageTrainOptions(**body.parameters)
-    return opts.surrogate_epochs + opts.explainer_epochs + 1
-
-
-def run_train_salvage(ctx: JobContext, job: Job, todo: list[int]) -> None:
-    """Train a Salvage surrogate and explainer (Naouar et al. 2025); one result per epoch
-    (the progress), the last one names the stored artifact. A configuration already trained
-    for this model version is reused (training is seeded)."""
-    if not todo:
-        return
-    from explainers.amortized.salvage import train as salvage
-    from explainers.amortized.salvage.explainer import SalvageStore
-
-    model = ctx.service.model(job.model)
-    opts = salvage.SalvageTrainOptions(**job.request["parameters"])
-    store = SalvageStore.within(ctx.service.context.need_artifacts("salvage"))
-    inputs = job.request.get("inputs")
-    info = None if inputs else store.info(model.name, model.version, opts.digest())
-    if info is None:
-        data = None if not inputs else np.asarray(inputs, dtype=np.float32)
-        if data is not None:
-            data = data.reshape(len(data), *model.input_shape)
-        trained = salvage.train(model, opts, data, _progress(ctx, job))
-        if trained is None:  # cancelled
-            return
-        info = store.save(model, trained)
-    else:
-        store_results(ctx, job.id, dict(enumerate(info.history)))
-    _add_artifact(ctx, job, info)
-
-
-def summarise_salvage(store: JobStore, job: Job) -> dict[str, Any]:
-    return _artifact_summary(store, job, "salvage", "objective", "sampler")
-
-
-def validate_autognothi(svc: ExplainService, body: JobRequest) -> dict[str, Any]:
-    """A BERT-encoder text classifier (else 400 unsupported_model), AutoGnothi's training
-    options (422) and, if sent, at least 2 training sentences (400 invalid_input)."""
-    from explainers.amortized.autognothi import explainer as autognothi
+def validate_training(spec: ExplainerSpec, svc: ExplainService, body: JobRequest) -> dict[str, Any]:
+    """A trained explainer's job (its spec's `training`): the model it trains beside (400 with
+    the declaration's code), the training options (422), the inputs, if sent (400
+    invalid_input)."""
+    training = _training_of(spec)
 
     def trainable(model: Model) -> None:
         try:
-            autognothi.check_model(model)
-        except OptionError as exc:
-            raise ApiError(str(exc), code="unsupported_model") from None
+            training.check_model(model)
+        except CannotTrain as exc:
+            raise from_library(exc) from None
 
-    _, options = _checked(
-        svc, body, "train-autognothi", trainable, autognothi.AutoGnothiTrainOptions
-    )
-    if body.inputs is not None:
-        try:
-            autognothi.check_texts(body.inputs)
-        except OptionError as exc:
-            raise InvalidInput(str(exc)) from None
+    model, options = _checked(svc, body, training.job, trainable, training.options)
+    if body.inputs is not None and not isinstance(model, TextModel):
+        to_array(model, body.inputs, "inputs")
+    try:
+        training.check_inputs(model, body.inputs)
+    except OptionError as exc:
+        raise InvalidInput(str(exc)) from None
     return {"parameters": options.model_dump(mode="json"), "inputs": body.inputs}
 
 
-def autognothi_total(body: JobRequest) -> int:
-    """The targets' record, one per epoch, then the artifact."""
-    from explainers.amortized.autognothi import explainer as autognothi
+def training_total(spec: ExplainerSpec, body: JobRequest) -> int:
+    """The results a training job stores: its progress records, then the artifact."""
+    training = _training_of(spec)
+    return training.total(training.options(**body.parameters))
 
-    return autognothi.AutoGnothiTrainOptions(**body.parameters).epochs + 2
 
-
-def run_train_autognothi(ctx: JobContext, job: Job, todo: list[int]) -> None:
-    """Train an AutoGnothi side network beside a frozen text classifier (Wang et al. 2025):
-    the targets' record, one per epoch, then the stored artifact (reused when this
-    configuration was trained for this model version: training is seeded)."""
+def run_training(spec: ExplainerSpec, ctx: JobContext, job: Job, todo: list[int]) -> None:
+    """Train the explainer beside the job's model; one result per progress record, the last
+    one names the stored artifact (reused when this configuration was trained for this model
+    version: training is seeded)."""
     if not todo:
         return
-    from explainers.amortized.autognothi import explainer as autognothi
-
-    model = autognothi.check_model(ctx.service.model(job.model))
-    opts = autognothi.AutoGnothiTrainOptions(**job.request["parameters"])
-    artifacts = ctx.service.context.need_artifacts(autognothi.KIND)
+    training = _training_of(spec)
+    model = training.check_model(ctx.service.model(job.model))
+    options = training.options(**job.request["parameters"])
+    artifacts = ctx.service.context.need_artifacts(spec.name)
     inputs = job.request.get("inputs")
-    info = autognothi.trained_artifact(model, opts, artifacts, inputs, _progress(ctx, job))
+    info = training.train(model, options, artifacts, inputs, _progress(ctx, job))
     if info is None:  # cancelled
         return
     _add_artifact(ctx, job, info)
 
 
-def summarise_autognothi(store: JobStore, job: Job) -> dict[str, Any]:
-    return _artifact_summary(store, job, "autognothi")
+def summarise_training(spec: ExplainerSpec, store: JobStore, job: Job) -> dict[str, Any]:
+    return _artifact_summary(store, job, spec.name, *_training_of(spec).summary)
+
+
+def _training_of(spec: ExplainerSpec) -> Training:
+    if spec.training is None:
+        raise ValueError(f"{spec.name} is not trained")
+    return spec.training

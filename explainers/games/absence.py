@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from explainers.explanation import OptionError
+from models.modality import Modality
 
 if TYPE_CHECKING:
     from models.base import Model
@@ -36,7 +37,9 @@ class Absence:
 def is_image(model: Model) -> bool:
     """Inputs with two spatial axes: image models and image encoders."""
     shape = tuple(model.input_shape)
-    return model.modality == "image" or (model.modality == "encoder" and len(shape) >= 2)
+    if model.modality == Modality.ENCODER:
+        return len(shape) >= 2
+    return model.modality == Modality.IMAGE
 
 
 def blur(x: np.ndarray, sigma: float) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -27,9 +27,10 @@ from explainers.games import (
     has_deadline,
 )
 from explainers.games.absence import Absence, Kind, references
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions, applies
 from explainers.trust import caveats
 from models.base import Model, TextModel
+from models.modality import Modality
 
 VERSION = "1"
 
@@ -51,7 +52,7 @@ STATIC_BASELINES: dict[str, Kind] = {
 
 def require_gradients(model: Model) -> None:
     """Refuse models whose gradients we cannot take."""
-    if isinstance(model, TextModel) or model.modality == "text":
+    if isinstance(model, TextModel) or model.modality == Modality.TEXT:
         raise NotDifferentiableError(
             f"{model.name} is a text model: gradient explainers take tabular and image models"
         )
@@ -266,7 +267,7 @@ def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray,
     if bg is None:
         return np.full(model.input_shape, valid[0]), np.full(model.input_shape, valid[1])
     bg = bg.astype(np.float64)
-    if model.modality == "image":
+    if model.modality == Modality.IMAGE:
         low, high = np.full(model.input_shape, bg.min()), np.full(model.input_shape, bg.max())
     else:
         low, high = bg.min(axis=0), bg.max(axis=0)
@@ -275,21 +276,21 @@ def data_range(model: Model, background: np.ndarray | None) -> tuple[np.ndarray,
     return low, high
 
 
+# Where the options apply (explainers/options.py; echoed only there): the quadrature to the
+# path estimator, each baseline's own parameter to that baseline
+PATH = applies(when={"estimator": ["path"]})
+BLUR = applies(when={"baseline": ["blur"]})
+GAUSSIAN = applies(when={"baseline": ["gaussian"]})
+VALUED = applies(when={"baseline": ["constant", "supplied"]})
+Baseline = Literal[
+    "zero", "constant", "mean", "blur", "uniform", "gaussian", "supplied", "expected", "mask", "pad"
+]
+
+
 class IntegratedGradientsOptions(ExplainerOptions):
     """Options of the `integrated-gradients` explainer."""
 
-    baseline: Literal[
-        "zero",
-        "constant",
-        "mean",
-        "blur",
-        "uniform",
-        "gaussian",
-        "supplied",
-        "expected",
-        "mask",
-        "pad",
-    ] = Field(
+    baseline: Annotated[Baseline, EVERYWHERE] = Field(
         "zero",
         description="zero; constant (baseline_value, a number); mean of the background rows; "
         "blur (images: Gaussian blur of the input); uniform noise in the data range; gaussian "
@@ -298,36 +299,38 @@ class IntegratedGradientsOptions(ExplainerOptions):
         "embeddings): mask (the default there: every token's embedding replaced by the mask "
         "token's), pad, or zero",
     )
-    baseline_value: float | list[Any] | None = Field(
+    baseline_value: Annotated[float | list[Any] | None, VALUED] = Field(
         None, description="constant: a number; supplied: one value per input feature"
     )
-    estimator: Literal["path", "valid_ip", "valid_ref"] = Field(
+    estimator: Annotated[Literal["path", "valid_ip", "valid_ref"], EVERYWHERE] = Field(
         "path",
         description="path: integrated gradients (additive); valid_ip / valid_ref: the ICLR 2023 "
         "re-calibrated estimators (non-negative, not additive)",
     )
-    steps: int | None = Field(
+    steps: Annotated[int | None, EVERYWHERE] = Field(
         None, ge=1, le=1024, description="points per path; default 50 (path), 5 (valid_*)"
     )
-    method: Method = Field("gausslegendre", description="quadrature of the path (path only)")
-    n_baselines: int | None = Field(
+    method: Annotated[Method, PATH] = Field(
+        "gausslegendre", description="quadrature of the path (path only)"
+    )
+    n_baselines: Annotated[int | None, EVERYWHERE] = Field(
         None,
         ge=1,
         le=256,
         description="references drawn for uniform, gaussian and expected baselines; default 10",
     )
-    blur_sigma: float | None = Field(
+    blur_sigma: Annotated[float | None, BLUR] = Field(
         None, gt=0, le=100, description="blur: sigma in pixels; default min(H, W) / 4 (ours)"
     )
-    noise_scale: float = Field(
+    noise_scale: Annotated[float, GAUSSIAN] = Field(
         0.15, gt=0, le=10, description="gaussian: sigma as a fraction of the data range"
     )
-    output: Output = Field(
+    output: Annotated[Output, EVERYWHERE] = Field(
         "probability",
         description="attribute the model's output (a class probability for classifiers) or, "
         "for classifiers ending in a softmax, the logit",
     )
-    batch_size: int = Field(
+    batch_size: Annotated[int, EVERYWHERE] = Field(
         1024,
         ge=1,
         le=65536,
@@ -388,7 +391,7 @@ def make_baselines(
 
 def _instead(model: Model) -> str:
     """What to send when the baseline is out of the data (caveats.baseline_out_of_data)."""
-    if model.modality == "image":
+    if model.modality == Modality.IMAGE:
         return 'send "baseline": "blur" (the input blurred) or "expected" (background images)'
     return (
         'send "baseline": "mean" (the background rows\' mean) or "expected" (background '
@@ -405,16 +408,8 @@ def resolve(options: IntegratedGradientsOptions) -> dict[str, Any]:
     echo["n_baselines"] = (options.n_baselines or 10) if random else 1
     if options.n_baselines is not None and not random:
         raise OptionError(f"n_baselines applies to {list(RANDOM_BASELINES)} baselines")
-    if options.estimator != "path":
-        echo.pop("method")
-    if options.baseline != "blur":
-        echo.pop("blur_sigma")
-    if options.baseline != "gaussian":
-        echo.pop("noise_scale")
-    if options.baseline not in ("constant", "supplied"):
-        if options.baseline_value is not None:
-            raise OptionError("baseline_value applies to the constant and supplied baselines")
-        echo.pop("baseline_value")
+    if options.baseline not in ("constant", "supplied") and options.baseline_value is not None:
+        raise OptionError("baseline_value applies to the constant and supplied baselines")
     return echo
 
 

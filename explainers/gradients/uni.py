@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -31,8 +31,9 @@ from explainers.gradients.integrated import (
     score_function,
     scores_at,
 )
-from explainers.options import ExplainerOptions
+from explainers.options import ARRAYS, EVERYWHERE, ExplainerOptions
 from models.base import Model, TextModel
+from models.modality import Modality
 
 VERSION = "2"
 _TINY = 1e-12
@@ -41,31 +42,31 @@ _TINY = 1e-12
 class UniOptions(ExplainerOptions):
     """Options of the `uni` explainer; all defaults are ours (the paper gives none)."""
 
-    unlearning_steps: int = Field(
+    unlearning_steps: Annotated[int, EVERYWHERE] = Field(
         1, ge=1, le=1000, description="most gradient-ascent steps on the copy"
     )
-    unlearning_rule: Literal["line_search", "normalized", "sgd"] = Field(
+    unlearning_rule: Annotated[Literal["line_search", "normalized", "sgd"], EVERYWHERE] = Field(
         "line_search",
         description="sgd: theta + eta * grad (the paper's rule); normalized (ours): a step of "
         "length eta * ||theta|| along the gradient, robust to saturated softmax outputs; "
         "line_search (ours): the normalized step, its length searched from eta up so that "
         "the class probability falls to unlearning_target",
     )
-    unlearning_lr: float = Field(
+    unlearning_lr: Annotated[float, EVERYWHERE] = Field(
         0.002,
         gt=0,
         le=1e6,
         description="eta: SGD rate, relative step length (normalized) or the first length "
         "tried (line_search)",
     )
-    unlearning_target: float | None = Field(
+    unlearning_target: Annotated[float | None, EVERYWHERE] = Field(
         0.1,
         ge=0,
         lt=1,
         description="stop the ascent once the copy's class probability is at most this share of "
         "the input's (ours); null: always take unlearning_steps (one step: the paper)",
     )
-    epsilon: float | None = Field(
+    epsilon: Annotated[float | None, EVERYWHERE] = Field(
         None,
         gt=0,
         le=1e6,
@@ -73,35 +74,39 @@ class UniOptions(ExplainerOptions):
         "root-mean-square change, ||(x' - x) / epsilon||_2 <= sqrt(features); default 0.15 in "
         "input units, 1 in std units (ours)",
     )
-    epsilon_units: Literal["auto", "input", "std"] = Field(
+    epsilon_units: Annotated[Literal["auto", "input", "std"], EVERYWHERE] = Field(
         "auto",
         description="input: epsilon in input units; std: per feature, times the background's "
         "standard deviation; auto: input for images and for tabular models without background "
         "rows, std otherwise",
     )
-    norm: Literal["linf", "l2"] = Field("l2", description="norm of the ball")
-    pgd_steps: int = Field(20, ge=0, le=1000, description="projected gradient steps T")
-    pgd_step_size: float | None = Field(
+    norm: Annotated[Literal["linf", "l2"], EVERYWHERE] = Field("l2", description="norm of the ball")
+    pgd_steps: Annotated[int, EVERYWHERE] = Field(
+        20, ge=0, le=1000, description="projected gradient steps T"
+    )
+    pgd_step_size: Annotated[float | None, EVERYWHERE] = Field(
         None, gt=0, description="PGD step alpha, in the units of epsilon; default epsilon / 4"
     )
-    min_match: float = Field(
+    min_match: Annotated[float, EVERYWHERE] = Field(
         0.75,
         ge=0,
         le=1,
         description="share of the copy's drop in the class probability the baseline must reach; "
         "below it the explanation warns baseline_not_reached",
     )
-    clip_min: float | None = Field(
+    clip_min: Annotated[float | None, ARRAYS] = Field(  # text: embeddings have no range
         None, description="lowest valid input value; default: the model's input_range"
     )
-    clip_max: float | None = Field(
+    clip_max: Annotated[float | None, ARRAYS] = Field(
         None, description="highest valid input value; default: the model's input_range"
     )
-    ig_steps: int = Field(16, ge=1, le=1024, description="Riemann steps B from x' to x")
-    method: Method = Field(
+    ig_steps: Annotated[int, EVERYWHERE] = Field(
+        16, ge=1, le=1024, description="Riemann steps B from x' to x"
+    )
+    method: Annotated[Method, EVERYWHERE] = Field(
         "riemann_right", description="quadrature of the path; the paper's sum is riemann_right"
     )
-    output: Output = Field(
+    output: Annotated[Output, EVERYWHERE] = Field(
         "probability", description="attribute the class probability or (softmax models) logit"
     )
 
@@ -264,7 +269,7 @@ def _resolve_ball(
     units = options.epsilon_units
     bg = background if background is not None else model.background
     if units == "auto":  # per-feature scales need background rows; without them, input units
-        units = "input" if model.modality == "image" or bg is None else "std"
+        units = "input" if model.modality == Modality.IMAGE or bg is None else "std"
     epsilon = options.epsilon or (0.15 if units == "input" else 1.0)
     options = options.model_copy(update={"epsilon_units": units, "epsilon": epsilon})
     if units == "input":

@@ -49,8 +49,7 @@ def explain_text_uni(
         )
     if model.task != "classification":
         raise OptionError("UNI unlearns a class (cross-entropy): it needs a classifier")
-    if options.clip_min is not None or options.clip_max is not None:
-        raise OptionError("clip_min and clip_max do not apply to text (embeddings)")
+    options.check_applies(model.modality)  # clip_min and clip_max: embeddings have no range
     search = 1 + _DOUBLINGS + _BISECTIONS + 1 if options.unlearning_rule == "line_search" else 0
     cost = (  # as explainers/gradients/uni.py counts it
         options.unlearning_steps * (1 + search) + 1 + options.pgd_steps + 1 + options.ig_steps + 2
@@ -60,7 +59,7 @@ def explain_text_uni(
     units = "std" if options.epsilon_units == "auto" else options.epsilon_units
     epsilon = options.epsilon or (1.0 if units == "std" else 0.15)
     options = options.model_copy(update={"epsilon_units": units, "epsilon": epsilon})
-    echo: dict[str, Any] = options.echo()
+    echo: dict[str, Any] = options.echo(model.modality)
     echo["pgd_step_size"] = options.pgd_step_size or epsilon / 4
     alphas, weights = quadrature(options.method, options.ig_steps)
     explanations = []

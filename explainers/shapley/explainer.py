@@ -6,7 +6,7 @@ Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -28,20 +28,32 @@ from explainers.games.masked import MaskedModelGame, patch_groups, spatial_hiera
 from explainers.games.masked import default_patch_size as patch_default
 from explainers.masking import MaskerOptions, default_masker, resolve
 from explainers.masking import masker_references as _references  # noqa: F401  (tests' path)
-from explainers.options import ExplainerOptions
+from explainers.options import ARRAYS, EVERYWHERE, TEXTS, ExplainerOptions, applies
 from explainers.shapley import interactions, runs
 from explainers.shapley import trees as shapley_trees
 from explainers.trust import audit
 from models.base import Model, TextModel
+from models.modality import Modality
 
 # 4: image defaults: patches of max(2, ceil(max(H, W) / 16)), blur above 32 px, superpixels
 # (3: tree models with background rows: interventional TreeSHAP; 2: sampling rounds)
 VERSION = "4"
 
+# Where the options apply beyond every model (explainers/options.py): an image's players are
+# patches or superpixels, a text's words or tokens; patch_size and n_segments are for one kind
+# of image player each; interaction orders for interaction indices; the audit rows are in the
+# cache key, too long to echo.
+PLAYERS = applies(Modality.IMAGE, Modality.TEXT)
+PATCHES = applies(Modality.IMAGE, when={"players": ["patches"]}, strict=True)
+SUPERPIXELS = applies(Modality.IMAGE, when={"players": ["superpixels"]}, strict=True)
+INTERACTION_ORDER = applies(when={"index": ["SII", "k-SII", "STII", "FSII", "FBII"]})
+API_ONLY = applies(when={"index": ["API"]})
+NOT_ECHOED = applies(echoed=False)
+
 
 class ShapleyOptions(ExplainerOptions):
     """Options of the `shapley` explainer."""
-    estimator: Literal["auto", EstimatorName, "svarm", "tree"] = Field(
+    estimator: Annotated[Literal["auto", EstimatorName, "svarm", "tree"], EVERYWHERE] = Field(
         "auto",
         description="auto: TreeSHAP for tree models (XGBoost, LightGBM) where it applies; else "
         "exact when 2^n coalitions fit the budget, else gp below 3n coalitions and from 3n "
@@ -58,67 +70,73 @@ class ShapleyOptions(ExplainerOptions):
         "unbiased Monte Carlo estimate of the residual (cross-fitted: error_std is the "
         "residual's Monte Carlo error), never chosen by auto",
     )
-    output: Literal["auto", "prediction", "margin"] = Field(
+    output: Annotated[Literal["auto", "prediction", "margin"], ARRAYS] = Field(
         "auto",
         description="the explained output space: prediction (class probabilities, or the "
         "regression output) or margin (tree models' raw score: log-odds for classifiers, log for "
         "log-link regressors; meta.parameters.output_space says which); auto: margin for tree "
         "models, prediction otherwise",
     )
-    index: Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII", "API"] = Field(
+    index: Annotated[
+        Literal["SV", "SII", "k-SII", "STII", "FSII", "FBII", "API"], EVERYWHERE
+    ] = Field(
         "SV",
         description="SV: Shapley values; API: aggregated positive interactions (not additive); "
         "otherwise an interaction index up to max_order",
     )
-    api_variant: Literal["chain", "moebius"] = Field(
+    api_variant: Annotated[Literal["chain", "moebius"], API_ONLY] = Field(
         "chain", description="API rule: positive pairwise chain terms, or positive Möbius shares"
     )
-    max_order: int = Field(2, ge=1, le=4, description="highest interaction order (not for SV)")
-    sampler: SamplerName = Field(
+    max_order: Annotated[int, INTERACTION_ORDER] = Field(
+        2, ge=1, le=4, description="highest interaction order (not for SV)"
+    )
+    sampler: Annotated[SamplerName, EVERYWHERE] = Field(
         "kernel", description="coalition sampler of the kernel estimator"
     )
-    masker: MaskerOptions | None = Field(
+    masker: Annotated[MaskerOptions | None, ARRAYS] = Field(
         None,
         description="default: background for tabular models (and whenever a request sends "
         "one); for images blur when a side exceeds 32 px, else a zero baseline",
     )
-    patch_size: int | None = Field(
+    patch_size: Annotated[int | None, PATCHES] = Field(
         None,
         ge=1,
         le=512,
         description="image players 'patches': side of a square patch (edge patches smaller); "
         "default max(2, ceil(max(H, W) / 16)): at most 16 x 16 patches; echoed as resolved",
     )
-    n_segments: int = Field(
+    n_segments: Annotated[int, SUPERPIXELS] = Field(
         100,
         ge=8,
         le=1024,
         description="image players 'superpixels': about this many SLIC superpixels",
     )
-    return_baseline: bool = Field(
+    return_baseline: Annotated[bool, ARRAYS] = Field(
         False,
         description="baseline and blur maskers: each explanation's details.baseline is the "
         "reference row, in the input's shape (meta.parameters echoes only its digest)",
     )
-    audit_reference: list[Any] | None = Field(
+    audit_reference: Annotated[list[Any] | None, NOT_ECHOED] = Field(
         None,
         min_length=2,
         max_length=audit.MAX_REFERENCE_ROWS,
         description="with a request background: rows (as inputs) of the data the background "
         "should represent, for meta.background_audit; default: the model's training split",
     )
-    players: Literal["auto", "words", "tokens", "patches", "superpixels"] = Field(
+    players: Annotated[
+        Literal["auto", "words", "tokens", "patches", "superpixels"], PLAYERS
+    ] = Field(
         "auto",
         description="text models: the words (punctuation stays in place; auto) or the "
         "tokenizer's tokens; image models: square patches (auto) or SLIC superpixels of each "
         "image (details.segments: the segmentation, run-length encoded); echoed as resolved",
     )
-    absence: Literal["delete", "mask"] = Field(
+    absence: Annotated[Literal["delete", "mask"], TEXTS] = Field(
         "delete",
         description="text models: an absent player is deleted, or replaced by the model's mask "
         "token",
     )
-    target_se: float | None = Field(
+    target_se: Annotated[float | None, EVERYWHERE] = Field(
         None,
         gt=0,
         allow_inf_nan=False,
@@ -130,49 +148,38 @@ class ShapleyOptions(ExplainerOptions):
 
 @dataclass(frozen=True)
 class _Plan:
-    """Per instance a game and its text players; the player names; the options that do not
-    apply (not echoed) and the values resolved for the echo; per instance the details an
-    explanation carries (superpixel segments, the baseline)."""
+    """Per instance a game and its text players; the player names; the values resolved for the
+    echo (they also decide which options apply: players 'auto' -> 'patches'); per instance the
+    details an explanation carries (superpixel segments, the baseline)."""
 
     games: list[tuple[Game, int, tuple[Span, ...] | None]]  # (game, n_players, text players)
     names: tuple[str, ...]
-    drop: frozenset[str]
     resolved: dict[str, Any]
     budget: int  # per instance, after defaults
     cost: int  # model rows per coalition
     details: tuple[dict[str, Any] | None, ...] = ()  # per instance; empty: none
 
 
-IMAGE_ONLY = {"patch_size", "n_segments"}
 HIERARCHY_UP_TO = 4096  # players: a spatial hierarchy for every game (else only for partition)
 
 
 def _image_players(
-    model: Model, inputs: np.ndarray, options: ShapleyOptions
-) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str], dict[str, Any], set[str]]:
-    """Per instance (feature groups [d], pixel players [H, W]), the player names, the values
-    resolved for the echo and the options that do not apply."""
-    players = "patches" if options.players == "auto" else options.players
-    if players not in ("patches", "superpixels"):
-        raise OptionError(f"players {players!r} apply to text models; images take patches or "
-                          "superpixels")  # fmt: skip
+    model: Model, inputs: np.ndarray, options: ShapleyOptions, players: str
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str], dict[str, Any]]:
+    """Per instance (feature groups [d], pixel players [H, W]), the player names and the values
+    resolved for the echo."""
     shape = tuple(model.input_shape)
     height, width = shape[-2], shape[-1]
     if players == "superpixels":
-        if "patch_size" in options.model_fields_set:
-            raise OptionError("patch_size applies to players 'patches'")
         maps = [superpixels.slic_players(x, options.n_segments) for x in inputs]
         groups = [(superpixels.feature_groups(m, shape), m) for m in maps]
         most = max(int(m.max()) + 1 for m in maps)
         names = [f"superpixel_{i}" for i in range(most)]
-        return groups, names, {"players": players}, {"patch_size"}
-    if "n_segments" in options.model_fields_set:
-        raise OptionError("n_segments applies to players 'superpixels'")
+        return groups, names, {"players": players}
     size = options.patch_size or patch_default(shape)
     flat, names = patch_groups(shape, size)
     pixel = flat[: height * width].reshape(height, width)  # channel 0's: every channel's
-    resolved = {"players": players, "patch_size": size}
-    return [(flat, pixel)] * len(inputs), names, resolved, {"n_segments"}
+    return [(flat, pixel)] * len(inputs), names, {"players": players, "patch_size": size}
 
 
 def _array_plan(
@@ -183,32 +190,24 @@ def _array_plan(
     background: np.ndarray | None,
 ) -> _Plan:
     """Tabular and image models: masked-model games over features, patches or superpixels."""
-    if "absence" in options.model_fields_set:
-        raise OptionError("['absence'] applies to text models only; array models take a masker")
-    image = model.modality == "image"
-    if not image and "players" in options.model_fields_set:
-        raise OptionError(
-            f"players {options.players!r} applies to text models only (images take patches or "
-            "superpixels; a tabular model's players are its features)"
-        )
-    if not image and options.model_fields_set & IMAGE_ONLY:
-        raise OptionError(f"{sorted(options.model_fields_set & IMAGE_ONLY)} apply to image "
-                          "models only")  # fmt: skip
+    image = model.modality == Modality.IMAGE
+    players = "patches" if options.players == "auto" else options.players
+    if image and players not in ("patches", "superpixels"):
+        raise OptionError(f"players {players!r} apply to text models; images take patches or "
+                          "superpixels")  # fmt: skip
+    options.check_applies(model.modality, values={"players": players})
     masking = resolve(model, options.masker or default_masker(model, background), background)
     if options.return_baseline and masking.rows is not None and masking.kind == "background":
         raise OptionError(
             "return_baseline applies to the baseline and blur maskers (background rows are "
             "the request's or the model's own)"
         )
-    drop = {"absence"}
     resolved: dict[str, Any] = {}
     if image:
-        per_instance, names, resolved, unused = _image_players(model, inputs, options)
-        drop |= unused
+        per_instance, names, resolved = _image_players(model, inputs, options, players)
     else:
         flat = np.arange(model.n_features)
         per_instance, names = [(flat, flat)] * len(inputs), list(model.feature_names)
-        drop |= {"players", *IMAGE_ONLY}
     n_players, cost = len(names), masking.cost
     if budget is None:
         budget = default_budget(n_players, cost, options.estimator, options.target_se is not None)
@@ -235,18 +234,14 @@ def _array_plan(
             extra["baseline"] = refs[0].astype(np.float64).tolist()
         details.append(extra or None)
     resolved.update(masker=masking.echo, output=space, **shapley_trees.space_label(model, space))
-    return _Plan(games, tuple(names), frozenset(drop), resolved, budget, cost, tuple(details))
+    return _Plan(games, tuple(names), resolved, budget, cost, tuple(details))
 
 
 def _text_plan(
     model: TextModel, inputs: np.ndarray, options: ShapleyOptions, budget: int | None
 ) -> _Plan:
     """Text models: one game per text over its own words or tokens; the budget fits the longest."""
-    not_text = options.model_fields_set & {"masker", "output", "return_baseline", *IMAGE_ONLY}
-    if not_text:
-        raise OptionError(
-            f"{sorted(not_text)} do not apply to text models; use players and absence"
-        )
+    options.check_applies(model.modality)
     players = "words" if options.players == "auto" else options.players
     if players not in ("words", "tokens"):
         raise OptionError(f"players {players!r} apply to image models; texts take words or "
@@ -261,8 +256,7 @@ def _text_plan(
     resolved: dict[str, Any] = {"players": players}
     if options.absence == "mask":
         resolved["mask_token"] = model.mask_token
-    drop = frozenset({"masker", "output", "return_baseline", *IMAGE_ONLY})
-    return _Plan(games, (), drop, resolved, budget, 1)
+    return _Plan(games, (), resolved, budget, 1)
 
 
 def explain(
@@ -334,7 +328,8 @@ def explain(
                     details=details,
                 )
             )
-    echo = {**options.echo(drop=plan.drop | _index_drop(options.index)), **plan.resolved}
+    chosen = {"players": plan.resolved.get("players")}  # players 'auto' as resolved
+    echo = {**options.echo(model.modality, values=chosen), **plan.resolved}
     echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     additive = options.index in interactions.EFFICIENT
     meta: dict[str, Any] = {}
@@ -367,9 +362,9 @@ def _tree_result(
     explanations = shapley_trees.tree_explanations(
         model, inputs, options.index, target, space, rows
     )
-    drop = _index_drop(options.index) | {"players", "absence", "sampler", "return_baseline"}
-    drop |= IMAGE_ONLY
-    echo = options.echo(drop=drop)
+    # TreeSHAP samples nothing and masks with no baseline: sampler and return_baseline are
+    # left out of its echo (the one rule here beyond the options' own declarations)
+    echo = options.echo(model.modality, drop={"sampler", "return_baseline"})
     echo.update(estimator="tree", output=space, masker=masker)
     echo.update(shapley_trees.space_label(model, space))
     meta: dict[str, Any] = {}
@@ -384,17 +379,6 @@ def _tree_result(
         additive=options.index == "SV",
         meta=meta,
     )
-
-
-def _index_drop(index: str) -> frozenset[str]:
-    """Options the index does not use, and audit_reference (rows: in the cache key, not
-    echoed)."""
-    drop = {"audit_reference"}
-    if index in ("SV", "API"):
-        drop.add("max_order")
-    if index != "API":
-        drop.add("api_variant")
-    return frozenset(drop)
 
 
 def _audit_reference(

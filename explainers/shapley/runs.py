@@ -20,6 +20,7 @@ from explainers.estimators.registry import shapley_values_chosen
 from explainers.explanation import Caveat, Explanation, OptionError
 from explainers.games import Game, GameRecorder, rows_per_coalition
 from explainers.shapley import api_allocation, interactions
+from models.modality import Modality
 
 if TYPE_CHECKING:
     from explainers.shapley.explainer import ShapleyOptions
@@ -61,7 +62,7 @@ def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
         sampler=options.sampler,
         target_se=options.target_se,
         target_output=watch if target is not None else partial(explained, model),
-        costly=model.modality == "text",
+        costly=model.modality == Modality.TEXT,
     )
     if chosen is None:
         return shared(est, model, target)
@@ -178,10 +179,10 @@ def _interactions(game: Game, n_players: int, run: Run, target: int | None) -> E
         budget=budget,
         seed=seed,
         output=output,
-        gp_auto=model.modality != "text",
+        gp_auto=model.modality != Modality.TEXT,
     )
     explanation = pick(res, model, target)
-    if model.modality == "text" and res.estimator == "gp":  # asked for by name
+    if model.modality == Modality.TEXT and res.estimator == "gp":  # asked for by name
         misfit = Caveat(
             "prior_misfit",
             "gp's prior misses word interactions on text models: its first-order terms can be "

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -36,10 +36,11 @@ from explainers.games import text as text_game
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import MaskedModelGame, default_patch_size, patch_groups
 from explainers.masking import MaskerOptions, default_masker, resolve
-from explainers.options import ExplainerOptions
+from explainers.options import ARRAYS, EVERYWHERE, IMAGES, TEXTS, ExplainerOptions
 from explainers.sufficient import search as subset_search
 from explainers.sufficient.search import Criterion, exact_search, greedy_search, player_order
 from models.base import Model, TextModel
+from models.modality import Modality
 
 VERSION = "1"
 MAX_EXACT = exact.MAX_PLAYERS
@@ -47,19 +48,19 @@ MAX_EXACT = exact.MAX_PLAYERS
 
 class SufficientOptions(ExplainerOptions):
     """Options of the `sufficient-subset` explainer."""
-    search: Literal["auto", "exact", "greedy", "own"] = Field(
+    search: Annotated[Literal["auto", "exact", "greedy", "own"], EVERYWHERE] = Field(
         "auto",
         description="exact: all 2^n coalitions, a subset of minimum size; greedy: the shortest "
         "sufficient prefix of an attribution order, pruned to a 1-minimal subset; auto: exact "
         "when 2^n coalitions fit the budget (at most 20 players), else greedy; own: the subset "
         "a model trained to output one gives (SST, digits-sst), verified, no minimality claimed",
     )
-    order: Literal["shapley", "leave-one-out"] = Field(
+    order: Annotated[Literal["shapley", "leave-one-out"], EVERYWHERE] = Field(
         "shapley",
         description="greedy search: the attribution of the kept class that orders the players "
         "(Shapley values within the budget, or leave-one-out drops: n + 1 coalitions)",
     )
-    min_probability: float | None = Field(
+    min_probability: Annotated[float | None, EVERYWHERE] = Field(
         None,
         gt=0,
         le=1,
@@ -67,7 +68,7 @@ class SufficientOptions(ExplainerOptions):
         description="a sufficient subset also keeps the class probability at least this high "
         "(with a background: averaged over its rows); default: the class stays the argmax",
     )
-    min_precision: float | None = Field(
+    min_precision: Annotated[float | None, EVERYWHERE] = Field(
         None,
         gt=0,
         le=1,
@@ -75,21 +76,21 @@ class SufficientOptions(ExplainerOptions):
         description="a sufficient subset also keeps the class on at least this share of the "
         "background rows (each row filling the absent players; Anchors' precision)",
     )
-    masker: MaskerOptions | None = Field(
+    masker: Annotated[MaskerOptions | None, ARRAYS] = Field(
         None,
         description="default: background for tabular models, blur for images with a side over "
         "32 px, else a zero baseline",
     )
-    patch_size: int | None = Field(
+    patch_size: Annotated[int | None, IMAGES] = Field(
         None,
         ge=1,
         le=512,
         description="image models: side of a square patch; default max(2, ceil(max(H, W) / 16))",
     )
-    players: Literal["words", "tokens"] = Field(
+    players: Annotated[Literal["words", "tokens"], TEXTS] = Field(
         "words", description="text models: the players are the words or the tokenizer's tokens"
     )
-    absence: Literal["delete", "mask"] = Field(
+    absence: Annotated[Literal["delete", "mask"], TEXTS] = Field(
         "delete", description="text models: an absent player is deleted, or masked"
     )
 
@@ -118,7 +119,7 @@ def _array_instances(
     model: Model, inputs: np.ndarray, options: SufficientOptions, background: np.ndarray | None
 ) -> tuple[list[_Instance], list[str], dict[str, Any], int]:
     masking = resolve(model, options.masker or default_masker(model, background), background)
-    if model.modality == "image":
+    if model.modality == Modality.IMAGE:
         patch = options.patch_size or default_patch_size(model.input_shape)
         groups, names = patch_groups(model.input_shape, patch)
     else:
@@ -146,9 +147,8 @@ def _array_instances(
         return _Instance(game, len(names), direct_for(x, references))
 
     instances = [instance(x) for x in inputs]
-    drop = {"players", "absence"} | ({"patch_size"} if model.modality != "image" else set())
-    echo = {**options.echo(drop=drop), "masker": masking.echo}
-    if model.modality == "image":
+    echo = {**options.echo(model.modality), "masker": masking.echo}
+    if model.modality == Modality.IMAGE:
         echo["patch_size"] = patch
     return instances, names, echo, masking.cost
 
@@ -174,7 +174,7 @@ def _text_instances(
         instances.append(
             _Instance(game, game.n_players, direct_for(game), game.pieces, game.compose)
         )
-    echo = options.echo(drop={"masker", "patch_size"})
+    echo = options.echo(model.modality)
     if options.absence == "mask":
         echo["mask_token"] = model.mask_token
     return instances, echo
@@ -377,18 +377,13 @@ def explain(
     """A minimal sufficient subset of players per input (values: 1 in the subset, else 0)."""
     if target is not None and not 0 <= target < model.n_outputs:
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
+    options.check_applies(model.modality)
     if isinstance(model, TextModel):
-        not_text = options.model_fields_set & {"masker", "patch_size"}
-        if not_text:
-            raise OptionError(f"{sorted(not_text)} do not apply to text models")
         if background is not None:
             raise OptionError("text models take no background: absent words are deleted or masked")
         instances, echo = _text_instances(model, inputs, options)
         names: list[str] = []
     else:
-        text_only = options.model_fields_set & {"players", "absence"}
-        if text_only:
-            raise OptionError(f"{sorted(text_only)} apply to text models only")
         instances, names, echo, _ = _array_instances(model, inputs, options, background)
     for inst in instances:  # fail before any model call
         cost = int(getattr(inst.game, "rows_per_coalition", 1))

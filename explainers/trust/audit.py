@@ -22,6 +22,7 @@ from scipy import stats
 
 from explainers.explanation import OptionError
 from models.base import Model
+from models.modality import Modality
 
 KS_REPEATS = 2
 TESTS_PER_OUTPUT = KS_REPEATS + 1
@@ -108,7 +109,7 @@ def reference_rows(model: Model, rows: Sequence[Any]) -> np.ndarray:
     out = []
     for i, row in enumerate(rows):
         if isinstance(row, dict):
-            if model.modality != "tabular" or set(row) != set(model.feature_names):
+            if model.modality != Modality.TABULAR or set(row) != set(model.feature_names):
                 raise OptionError(
                     f"{where}[{i}]: a row as an object needs exactly the features "
                     f"{list(model.feature_names)}"

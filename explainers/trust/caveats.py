@@ -33,6 +33,7 @@ import numpy as np
 
 from explainers.explanation import Caveat, ExplainResult, Explanation
 from models.base import Model
+from models.modality import Modality
 
 NOISE_RATIO = 0.2
 FLAT_RATIO = 1e-3
@@ -100,13 +101,13 @@ def baseline_out_of_data(
     data = background
     if data is None:
         data = model.reference if model.reference is not None else model.background
-    if data is None or len(data) < 2 or model.modality not in ("tabular", "image"):
+    if data is None or len(data) < 2 or model.modality not in (Modality.TABULAR, Modality.IMAGE):
         return None
     rows = np.asarray(data, dtype=np.float64).reshape(len(data), -1)
     b = np.asarray(baseline, dtype=np.float64).reshape(-1)
     if b.size != rows.shape[1]:
         return None
-    if model.modality == "image":  # pixels share one scale: the data's pixel range
+    if model.modality == Modality.IMAGE:  # pixels share one scale: the data's pixel range
         low, high = float(rows.min()), float(rows.max())
         margin = BASELINE_MARGIN * max(high - low, 1e-12)
         share = float(((b < low - margin) | (b > high + margin)).mean())
@@ -142,7 +143,7 @@ def baseline_out_of_data(
 
 def training_range(model: Model) -> tuple[np.ndarray, np.ndarray] | None:
     data = model.reference if model.reference is not None else model.background
-    if model.modality != "tabular" or data is None or len(data) < 2:
+    if model.modality != Modality.TABULAR or data is None or len(data) < 2:
         return None
     rows = np.asarray(data, dtype=np.float64).reshape(len(data), -1)
     return rows.min(axis=0), rows.max(axis=0)

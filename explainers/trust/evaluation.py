@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -22,8 +22,9 @@ from explainers.games.absence import Absence, Kind, references
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import MaskedModelGame, patch_groups
 from explainers.games.text import TextGame
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions, applies
 from models.base import Model, TextModel
+from models.modality import Modality
 
 Metric = Literal["deletion", "insertion", "mufidelity", "sensitivity"]
 METRICS: tuple[Metric, ...] = ("deletion", "insertion", "mufidelity", "sensitivity")
@@ -32,40 +33,54 @@ Removal = Literal["auto", "zero", "mean", "blur", "background", "value", "delete
 Rerun = Callable[[np.ndarray, int], np.ndarray]
 
 
+# Where the options apply (explainers/options.py; echoed only there, never an error): by the
+# removal as resolved (auto -> mean, zero or delete) and by the metrics asked for
+VALUE_REMOVAL = applies(when={"removal": ["value"]})
+BLUR_REMOVAL = applies(Modality.IMAGE, when={"removal": ["blur"]})
+MUFIDELITY = applies(when={"metrics": ["mufidelity"]})
+SENSITIVITY = applies(when={"metrics": ["sensitivity"]})
+
+
 class EvaluateOptions(ExplainerOptions):
     """What to measure and how players are removed; defaults are ours unless noted. Strict like
     every explainer's options (`steps: "3"` is a 422)."""
-    metrics: list[Metric] = Field(
+    metrics: Annotated[list[Metric], EVERYWHERE] = Field(
         default_factory=lambda: list(METRICS), min_length=1, description="figures to compute"
     )
-    removal: Removal = Field(
+    removal: Annotated[Removal, EVERYWHERE] = Field(
         "auto",
         description="what a removed player becomes: zero; mean (of the background rows); blur "
         "(images); background (average over the background rows); value (removal_value); "
         "delete or mask (text). auto: mean for tabular, zero for images, delete for text",
     )
-    removal_value: float | list[Any] | None = Field(
+    removal_value: Annotated[float | list[Any] | None, VALUE_REMOVAL] = Field(
         None, description="removal 'value': a number or one value per input feature"
     )
-    blur_sigma: float | None = Field(
+    blur_sigma: Annotated[float | None, BLUR_REMOVAL] = Field(
         None, gt=0, le=100, description="removal 'blur': sigma in pixels; default min(H, W) / 4"
     )
-    steps: int = Field(50, ge=2, le=1000, description="points of the deletion/insertion curves")
-    n_subsets: int = Field(128, ge=3, le=10000, description="MuFidelity: random subsets")
-    subset_fraction: float = Field(
+    steps: Annotated[int, EVERYWHERE] = Field(
+        50, ge=2, le=1000, description="points of the deletion/insertion curves"
+    )
+    n_subsets: Annotated[int, MUFIDELITY] = Field(
+        128, ge=3, le=10000, description="MuFidelity: random subsets"
+    )
+    subset_fraction: Annotated[float, MUFIDELITY] = Field(
         0.2, gt=0, lt=1, description="MuFidelity: fraction of the players removed per subset"
     )
-    n_perturbations: int = Field(
+    n_perturbations: Annotated[int, SENSITIVITY] = Field(
         3, ge=1, le=32, description="sensitivity: perturbed inputs, each explained again"
     )
-    radius: float = Field(
+    radius: Annotated[float, SENSITIVITY] = Field(
         0.02,
         gt=0,
         le=10,
         description="sensitivity: uniform noise in [-radius, radius], in input units for images "
         "and in units of each feature's background standard deviation for tabular models",
     )
-    curves: bool = Field(False, description="also return the deletion and insertion curves")
+    curves: Annotated[bool, EVERYWHERE] = Field(
+        False, description="also return the deletion and insertion curves"
+    )
 
 
 def auc(fractions: np.ndarray, scores: np.ndarray) -> float:
@@ -163,11 +178,11 @@ def player_groups(model: Model, n_values: int, patch_size: int | None) -> np.nda
     """Player index of every input feature: one feature each, or image patches."""
     if n_values == model.n_features:
         return np.arange(model.n_features)
-    if model.modality == "image" and patch_size is not None:
+    if model.modality == Modality.IMAGE and patch_size is not None:
         groups, names = patch_groups(model.input_shape, patch_size)
         if len(names) == n_values:
             return groups
-    hint = " (image patches: give patch_size)" if model.modality == "image" else ""
+    hint = " (image patches: give patch_size)" if model.modality == Modality.IMAGE else ""
     raise OptionError(
         f"{n_values} attributions do not match the model's {model.n_features} features{hint}"
     )
@@ -188,7 +203,7 @@ def removal_references(
     """Reference rows [r, *shape] that removed features take, and the resolved removal name."""
     removal = options.removal
     if removal == "auto":
-        removal = "zero" if model.modality == "image" else "mean"
+        removal = "zero" if model.modality == Modality.IMAGE else "mean"
     if removal in ("delete", "mask"):
         raise OptionError(f"removal {removal!r} applies to text models")
     if removal == "value" and options.removal_value is None:
@@ -229,7 +244,7 @@ def evaluate(
     figures: list[dict[str, Any]] = []
     resolved: str = options.removal
     scale: np.ndarray | float = 1.0
-    if model.modality != "image" and not isinstance(model, TextModel):
+    if model.modality != Modality.IMAGE and not isinstance(model, TextModel):
         bg = background if background is not None else model.background
         if bg is not None:
             std = bg.astype(np.float64).std(axis=0)
@@ -258,18 +273,8 @@ def evaluate(
                 rerun, e.output_index, x, values, np.asarray(scale), options, rng
             )
         figures.append(one)
-    drop = set()
-    blur = resolved == "blur" and model.modality == "image"
-    if not blur:
-        drop.add("blur_sigma")
-    if options.removal != "value":
-        drop.add("removal_value")
-    if "mufidelity" not in options.metrics:
-        drop |= {"n_subsets", "subset_fraction"}
-    if "sensitivity" not in options.metrics:
-        drop |= {"n_perturbations", "radius"}
-    echo = {**options.echo(drop=drop), "removal": resolved}
-    if blur:
+    echo = {**options.echo(model.modality, values={"removal": resolved}), "removal": resolved}
+    if "blur_sigma" in echo:
         echo["blur_sigma"] = options.blur_sigma or min(model.input_shape[-2:]) / 4
     return figures, echo
 

@@ -23,6 +23,7 @@ from torch import nn
 from models.adapters.checkpoint import Checkpoint, outputs_of, task_of
 from models.base import Model, RankerModel, TextModel, module_device
 from models.declaration import Declaration, InvalidModelError
+from models.modality import Modality
 
 BATCH_SIZE = 64  # texts per forward pass
 TOKENS_PER_BATCH = 8192  # padded tokens per forward pass
@@ -237,7 +238,7 @@ def _classifier(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> 
 
     return EmbeddingTextModel(
         name=decl.name,
-        modality="text",
+        modality=Modality.TEXT,
         task=decl.task,
         input_shape=(),
         feature_names=(),
@@ -324,7 +325,7 @@ def _encoder(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> Tex
     pool = np.array(descr_sentences(), dtype=str)
     return TextModel(
         name=decl.name,
-        modality="encoder",
+        modality=Modality.ENCODER,
         task=ENCODER_TASK,
         input_shape=(),
         feature_names=(),
@@ -368,7 +369,7 @@ def _ranker(decl: Declaration, ck: Checkpoint, root: Path, version: str) -> Rank
 
     return RankerModel(
         name=decl.name,
-        modality="ranker",
+        modality=Modality.RANKER,
         task="ranking",
         input_shape=(),
         feature_names=(),
@@ -437,7 +438,7 @@ def _language_model(decl: Declaration, ck: Checkpoint, root: Path, version: str)
 
     lm = LanguageModel(
         name=decl.name,
-        modality="lm",
+        modality=Modality.LM,
         task="generation",
         input_shape=(),
         feature_names=(),

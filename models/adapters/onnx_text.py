@@ -19,6 +19,7 @@ import torch
 
 from models.base import TextModel
 from models.declaration import Declaration, InvalidModelError
+from models.modality import Modality
 
 if TYPE_CHECKING:
     from models.adapters.checkpoint import Checkpoint
@@ -193,7 +194,7 @@ def onnx_text_classifier(decl: Declaration, ck: Checkpoint, root: Path, version:
 
     return TextModel(
         name=decl.name,
-        modality="text",
+        modality=Modality.TEXT,
         task=decl.task,
         input_shape=(),
         feature_names=(),

@@ -25,6 +25,7 @@ from models.adapters.remote import (
 from models.adapters.remote_http import HostPolicy
 from models.base import ModelError, TextModel
 from models.declaration import Declaration
+from models.modality import Modality
 
 TEXT_ROWS = 256  # texts per request
 DEFAULT_INPUT = "args"  # MLServer's Hugging Face runtime
@@ -140,7 +141,7 @@ def remote_text_model(
     )
     model = TextModel(
         name=decl.name,
-        modality="text",
+        modality=Modality.TEXT,
         task=decl.task,
         input_shape=(),
         feature_names=(),

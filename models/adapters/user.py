@@ -19,12 +19,13 @@ from models.adapters.remote import HOST_VALUE_BYTES, RemoteClient
 from models.base import DEFAULT_MAX_BATCH_BYTES, Model, RankerModel, RowTooLargeError, TextModel
 from models.declaration import FORMATS, Declaration, InvalidModelError
 from models.device import place
+from models.modality import Modality
 
 
 def _model(decl: Declaration, module: torch.nn.Module | None, version: str, **extra: Any) -> Model:
     return Model(
         name=decl.name,
-        modality=decl.modality,
+        modality=Modality(decl.modality),
         task=decl.task,
         input_shape=decl.input_shape,
         feature_names=decl.feature_names,

@@ -22,6 +22,7 @@ from torch import nn
 from models.base import Model, TextModel, weights_hash
 from models.builtin.text import MAX_TOKENS, PACKAGE, TextRunner, ZeroShotClassifier, model_dir
 from models.builtin.trained import load_digits_cnn
+from models.modality import Modality
 
 ENCODER_TASK = "embedding"
 # sklearn's dataset descriptions: the offline text pool of minilm-encoder (COCOA's foil="auto").
@@ -110,7 +111,7 @@ def load_minilm_encoder(cache_dir: Path) -> TextModel:
 
     return TextModel(
         name="minilm-encoder",
-        modality="encoder",
+        modality=Modality.ENCODER,
         task=ENCODER_TASK,
         input_shape=(),
         feature_names=(),
@@ -145,7 +146,7 @@ def load_digits_encoder(cache_dir: Path) -> Model:
         dim = int(module(torch.zeros(1, *cnn.input_shape)).shape[1])
     return Model(
         name="digits-encoder",
-        modality="encoder",
+        modality=Modality.ENCODER,
         task=ENCODER_TASK,
         input_shape=cnn.input_shape,
         feature_names=cnn.feature_names,

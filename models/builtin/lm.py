@@ -20,6 +20,7 @@ from filelock import FileLock
 from models.base import TextModel, UnknownModelError
 from models.builtin.lm_cache import SOURCES, _convert, _digest, _read, clean_interrupted
 from models.lm_protocol import LanguageModelProtocol
+from models.modality import Modality
 
 __all__ = [
     "SOURCES",
@@ -242,7 +243,7 @@ def load_language_model(name: str, cache_dir: Path) -> LanguageModel:
 
     lm = LanguageModel(
         name=name,
-        modality="lm",
+        modality=Modality.LM,
         task="generation",
         input_shape=(),
         feature_names=(),

@@ -21,6 +21,7 @@ import numpy as np
 
 from models.base import RankerModel
 from models.builtin.encoders import minilm_runner, minilm_version
+from models.modality import Modality
 
 BM25_CONFIG = {"k1": 1.5, "b": 0.75, "method": "lucene", "stopwords": "en"}
 EMBED_CACHE_ENTRIES = 20_000  # ~30 MB of 384-dim float32 vectors
@@ -62,7 +63,7 @@ def load_bm25(cache_dir: Path) -> RankerModel:
     config = {**BM25_CONFIG, "bm25s": metadata.version("bm25s")}
     return RankerModel(
         name="bm25",
-        modality="ranker",
+        modality=Modality.RANKER,
         task="ranking",
         input_shape=(),
         feature_names=(),
@@ -122,7 +123,7 @@ def load_minilm_ranker(cache_dir: Path) -> RankerModel:
     config = {"similarity": "cosine", "pooling": "mean", "code_version": 1}
     return RankerModel(
         name="minilm-ranker",
-        modality="ranker",
+        modality=Modality.RANKER,
         task="ranking",
         input_shape=(),
         feature_names=(),

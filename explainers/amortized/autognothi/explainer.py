@@ -15,7 +15,7 @@ database every process shares, never used for another model version.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -32,11 +32,12 @@ from explainers.amortized.autognothi.train import (
 )
 from explainers.amortized.progress import Progress
 from explainers.amortized.store import ArtifactInfo, ArtifactStore
+from explainers.amortized.training import CannotTrain, Training
 from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.text import text_games, word_spans
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions
 from models.base import Model, TextModel
 
 VERSION = "1"
@@ -81,7 +82,7 @@ def store_of(artifacts: Artifacts) -> AutoGnothiStore:
 class AutoGnothiOptions(ExplainerOptions):
     """Options of the `autognothi` explainer: which trained side network answers."""
 
-    artifact: str | None = Field(
+    artifact: Annotated[str | None, EVERYWHERE] = Field(
         None,
         max_length=64,
         description="id of a trained side network (a train-autognothi job's summary.artifact); "
@@ -147,6 +148,38 @@ def trained_artifact(
         return info
     trained = train(model, options, texts, progress)
     return None if trained is None else store.save(model, trained)
+
+
+def _trainable(model: Model) -> TextModel:
+    try:
+        return check_model(model)
+    except OptionError as exc:
+        raise CannotTrain(str(exc), "unsupported_model") from None
+
+
+def _check_inputs(model: Model, inputs: Any) -> None:
+    if inputs is not None:
+        check_texts(inputs)
+
+
+def _results(options: AutoGnothiTrainOptions) -> int:
+    """The targets' record, one per epoch, then the artifact."""
+    return options.epochs + 2
+
+
+def _train(
+    model: Model,
+    options: AutoGnothiTrainOptions,
+    artifacts: Artifacts,
+    texts: list[str] | None,
+    progress: Progress,
+) -> ArtifactInfo | None:
+    if not isinstance(model, TextModel):  # checked before: check_model
+        raise CannotTrain("AutoGnothi explains text classifiers", "unsupported_model")
+    return trained_artifact(model, options, artifacts, texts, progress)
+
+
+TRAINING = Training(TRAIN_JOB, AutoGnothiTrainOptions, _trainable, _check_inputs, _results, _train)
 
 
 @dataclass(frozen=True)
@@ -243,6 +276,7 @@ def explain(
 
 __all__ = [
     "PIN",
+    "TRAINING",
     "TRAIN_JOB",
     "AutoGnothiOptions",
     "AutoGnothiStore",

@@ -28,6 +28,7 @@ from explainers.explanation import OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import patch_groups
 from models.base import Model, weights_hash
+from models.modality import Modality
 
 
 class ImageTrainOptions(BaseModel):
@@ -93,7 +94,7 @@ def train(
 ) -> tuple[ImageSideNet, dict[str, Any]]:
     """A side network for a frozen image classifier; the model's weights are checked unchanged."""
     opts = options
-    if model.modality != "image" or model.task != "classification":
+    if model.modality != Modality.IMAGE or model.task != "classification":
         raise OptionError("the image side network explains image classifiers")
     before = weights_hash(model.torch_module())
     data = model.reference if data is None else data

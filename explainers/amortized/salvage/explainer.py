@@ -9,21 +9,24 @@ Naouar et al. (ICLR 2025).
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
+from explainers.amortized.progress import Progress
 from explainers.amortized.salvage import inference as salvage_inference
 from explainers.amortized.salvage import train as salvage
 from explainers.amortized.store import ArtifactInfo, ArtifactStore
-from explainers.context import NotTrainedError, Pin, RunContext
+from explainers.amortized.training import CannotTrain, Training
+from explainers.context import Artifacts, NotTrainedError, Pin, RunContext
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import patch_groups
-from explainers.options import ExplainerOptions
+from explainers.options import EVERYWHERE, ExplainerOptions
 from models.base import Model
+from models.modality import Modality
 
 VERSION = "1"
 KIND = "salvage"  # the artifact kind in the model store
@@ -68,16 +71,16 @@ class SalvageStore(ArtifactStore[salvage.Trained]):
 class SalvageOptions(ExplainerOptions):
     """Options of the `salvage` explainer: which trained artifact answers."""
 
-    artifact: str | None = Field(
+    artifact: Annotated[str | None, EVERYWHERE] = Field(
         None,
         max_length=64,
         description="id of a trained artifact (a train-salvage job's summary.artifact); "
         "default: the newest one for this model version that matches objective and sampler",
     )
-    objective: Literal["distribution", "squared"] | None = Field(
+    objective: Annotated[Literal["distribution", "squared"] | None, EVERYWHERE] = Field(
         None, description="pick the newest artifact trained with this objective"
     )
-    sampler: Literal["informed", "kernel", "uniform"] | None = Field(
+    sampler: Annotated[Literal["informed", "kernel", "uniform"] | None, EVERYWHERE] = Field(
         None, description="pick the newest artifact trained with this sampler"
     )
 
@@ -163,8 +166,68 @@ def explain(
     return ExplainResult(tuple(explanations), tuple(names), echo, 1, True)
 
 
+def check_model(model: Model) -> Model:
+    """The model, if Salvage can train on it (CannotTrain otherwise)."""
+    if model.modality != Modality.IMAGE or model.task != "classification":
+        raise CannotTrain("Salvage trains on image classifiers", "unsupported_modality")
+    if not model.differentiable or next(model.torch_module().parameters(), None) is None:
+        raise CannotTrain(
+            f"model {model.name!r} has no trainable torch weights to fine-tune (a black box?)",
+            "not_differentiable",
+        )
+    return model
+
+
+def check_inputs(model: Model, inputs: Any) -> None:
+    """Training images come from the job's inputs, else the model's reference or background."""
+    if inputs is None and model.reference is None and model.background is None:
+        raise OptionError(f"model {model.name!r} has no reference images; send inputs")
+
+
+def trained_artifact(
+    model: Model,
+    options: salvage.SalvageTrainOptions,
+    artifacts: Artifacts,
+    inputs: Any = None,
+    progress: Progress | None = None,
+) -> ArtifactInfo | None:
+    """The stored artifact of this configuration: the one already trained on the model's own
+    images for this model version (training is seeded; its history goes to `progress`), else
+    a new one trained (on `inputs`, images as nested lists, when sent) and stored. None when
+    `progress` stops the training."""
+    store = SalvageStore.within(artifacts)
+    info = None if inputs else store.info(model.name, model.version, options.digest())
+    if info is not None:
+        for record in info.history:
+            if progress is not None:
+                progress(dict(record))
+        return info
+    data = None if not inputs else np.asarray(inputs, dtype=np.float32)
+    if data is not None:
+        data = data.reshape(len(data), *model.input_shape)
+    trained = salvage.train(model, options, data, progress)
+    return None if trained is None else store.save(model, trained)
+
+
+def _epochs(options: salvage.SalvageTrainOptions) -> int:
+    """One result per epoch, then the artifact."""
+    return options.surrogate_epochs + options.explainer_epochs + 1
+
+
+TRAINING = Training(
+    "train-salvage",
+    salvage.SalvageTrainOptions,
+    check_model,
+    check_inputs,
+    _epochs,
+    trained_artifact,
+    summary=("objective", "sampler"),
+)
+
+
 __all__ = [
     "PIN",
+    "TRAINING",
     "NotTrainedError",
     "SalvageOptions",
     "SalvageStore",

@@ -46,6 +46,7 @@ from explainers.explanation import OptionError
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import patch_groups
 from models.base import Model
+from models.modality import Modality
 
 EPS = 1e-7  # probability clip before logs (float32)
 TRAINING_VERSION = "2"  # 2: centred informed sampler, temperature on the target (issue 15)
@@ -239,7 +240,7 @@ def train(
     `surrogate`: one already trained on this data (ablations of the explainer share it).
     """
     opts = options
-    if model.modality != "image" or model.task != "classification":
+    if model.modality != Modality.IMAGE or model.task != "classification":
         raise OptionError("Salvage explains image classifiers")
     if not model.differentiable or next(model.torch_module().parameters(), None) is None:
         raise OptionError(f"model {model.name!r} has no trainable weights to fine-tune")
