@@ -2,7 +2,8 @@
 (text, waterfall, beeswarm) work on them as on shap's own explanations.
 
 `text_tokens` and `feature_row` are the server's side of a rule the client applies to the same
-answers (xai/results.py, installed without the server): tests/test_client.py checks both agree."""
+answers (xai/results.py, installed without the server): tests/test_client.py checks both agree.
+Audit tables read instances through `feature_row` too (app/jobs/results.py)."""
 
 from __future__ import annotations
 
