@@ -1,10 +1,11 @@
 """The estimator table, `choose` and the entries `shapley_values`, `interaction_values` and
 `api_values`: the one way to the estimators.
 
-One table (`TABLE`): index (SV, an interaction index, API, LOO) x estimator -> a runner that takes
-a recorder and returns an `Estimate`, the coalitions it needs, whether it samples and where it
-stands on text players. `choose` resolves a request's estimator from it once, to a `Choice` that
-is passed down (the explainers resolve before any model call, then run the choice).
+One table (`TABLE`): index (SV, an interaction index, API, LOO, surrogate) x estimator -> a
+runner that takes a recorder and returns an `Estimate`, the coalitions it needs, whether it
+samples and where it stands on text players. `choose` resolves a request's estimator from it
+once, to a `Choice` that is passed down (the explainers resolve before any model call, then run
+the choice).
 Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro et al. (2009);
 interaction indices: interactions.py; API: api.py (Chang, Lee & Choi, ICLR 2025); leave-one-out:
 loo.py. "Exact when 2^n fits" is `exact.fits`. No torch here.
@@ -31,6 +32,7 @@ from explainers.estimators import (
     permutation,
     regression,
     rounds,
+    surrogate,
 )
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
 from explainers.estimators.budget import default_budget
@@ -228,11 +230,21 @@ _API: tuple[Row, ...] = (
         True,
     ),
 )
-# Leave-one-out (one coalition without each player) and ContextCite's sampled surrogate are
-# asked for by name by their explainers (attribot.py); TreeSHAP reads the trees, not a game
-# (tree.py, shapley/trees.py): no row.
+
+
+def _surrogate(recorder: GameRecorder, rng: np.random.Generator, ask: Ask) -> Estimate:
+    """ContextCite's Lasso surrogate on every coalition the budget pays for but v(all)."""
+    if recorder.remaining is None:
+        raise OptionError("a sampled surrogate needs a budget")
+    return surrogate.linear_surrogate(recorder, rng, recorder.remaining - 1)
+
+
+# Leave-one-out (one coalition without each player) and ContextCite's sampled surrogate (its
+# defaults; attribot.py passes its own options to surrogate.py) are asked for by name by their
+# explainers; TreeSHAP reads the trees, not a game (tree.py, shapley/trees.py): no row.
 _OTHER: tuple[Row, ...] = (
     Row("LOO", "loo", lambda rec, _rng, _a: loo.leave_one_out(rec), loo.min_coalitions, False),
+    Row("surrogate", surrogate.NAME, _surrogate, lambda _n: 3, True),
 )
 
 ESTIMATORS: tuple[Row, ...] = _sv()  # the Shapley-value estimators (shapley_values)
