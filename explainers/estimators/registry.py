@@ -103,56 +103,52 @@ def _terms(runner: interactions.TermsRunner) -> Runner:
     return run
 
 
-def _sv(index: str = "SV") -> tuple[Row, ...]:
-    """The Shapley-value estimators (values of every output), by name: add one here and to
-    EstimatorName."""
-    return (
-        Row(
-            index, "exact", lambda rec, rng, _a: exact.exact(rec, rng), exact.min_coalitions, False
-        ),
-        Row(
-            index,
-            "permutation",
-            lambda rec, rng, a: permutation.permutation(rec, rng, a.target),
-            permutation.min_coalitions,
-            True,
-        ),
-        Row(
-            index,
-            "kernel",
-            lambda rec, rng, a: kernel.kernel(rec, rng, a.sampler, a.target),
-            kernel.min_coalitions,
-            True,
-        ),
-        # cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025; not their estimator)
-        Row(
-            index,
-            "surrogate_kernel",
-            lambda rec, rng, a: regression.surrogate_kernel(rec, rng, a.sampler, a.target),
-            regression.min_coalitions,
-            True,
-        ),
-        # Witter, Liu & Musco (2025): XGBoost surrogate + unbiased maximum-sample-reuse residual
-        Row(
-            index, "msr", lambda rec, rng, a: msr.msr(rec, rng, a.target), msr.min_coalitions, True
-        ),
-        Row(
-            index,
-            "gp",
-            lambda rec, rng, a: gp.gp(rec, rng, a.sampler, a.target),
-            gp.min_coalitions,
-            True,
-            text="costly",
-        ),
-        # Owen values over game.hierarchy (not Shapley values: never chosen by auto)
-        Row(
-            index,
-            "partition",
-            lambda rec, rng, a: partition.partition(rec, rng, a.target),
-            partition.min_coalitions,
-            False,
-        ),
-    )
+def _row(
+    name: str, run: Runner, need: Callable[[int], int], sampled: bool, text: TextPolicy = "any"
+) -> Row:
+    """A Shapley-value row (values of every output)."""
+    return Row("SV", name, run, need, sampled, text=text)
+
+
+# The Shapley-value estimators, by name: add one here and to EstimatorName.
+ESTIMATORS: tuple[Row, ...] = (
+    _row("exact", lambda rec, rng, _a: exact.exact(rec, rng), exact.min_coalitions, False),
+    _row(
+        "permutation",
+        lambda rec, rng, a: permutation.permutation(rec, rng, a.target),
+        permutation.min_coalitions,
+        True,
+    ),
+    _row(
+        "kernel",
+        lambda rec, rng, a: kernel.kernel(rec, rng, a.sampler, a.target),
+        kernel.min_coalitions,
+        True,
+    ),
+    # cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025; not their estimator)
+    _row(
+        "surrogate_kernel",
+        lambda rec, rng, a: regression.surrogate_kernel(rec, rng, a.sampler, a.target),
+        regression.min_coalitions,
+        True,
+    ),
+    # Witter, Liu & Musco (2025): XGBoost surrogate + unbiased maximum-sample-reuse residual
+    _row("msr", lambda rec, rng, a: msr.msr(rec, rng, a.target), msr.min_coalitions, True),
+    _row(
+        "gp",
+        lambda rec, rng, a: gp.gp(rec, rng, a.sampler, a.target),
+        gp.min_coalitions,
+        True,
+        text="costly",
+    ),
+    # Owen values over game.hierarchy (not Shapley values: never chosen by auto)
+    _row(
+        "partition",
+        lambda rec, rng, a: partition.partition(rec, rng, a.target),
+        partition.min_coalitions,
+        False,
+    ),
+)
 
 
 _PRIOR_MISFIT = Caveat(
@@ -173,12 +169,12 @@ _GP_TERMS = tuple(
         "gp",
         _terms(interactions.gp_terms),
         _SAMPLED_TERMS,
-        True,
-        True,
-        "by_name",
-        _PRIOR_MISFIT,
-        "first",
-        gp_fits,
+        sampled=True,
+        terms=True,
+        text="by_name",
+        text_caveat=_PRIOR_MISFIT,
+        auto="first",
+        takes=gp_fits,
     )
     for index in ("SII", "k-SII", "STII", "FSII", "FBII")  # gp_interactions.py: any linear index
 )
@@ -197,7 +193,14 @@ _SHAPIQ: tuple[tuple[str, str, str, str | None, AutoRank], ...] = (
 )
 _TERMS: tuple[Row, ...] = (
     *(
-        Row(index, "exact", _terms(interactions.exact_terms), exact.min_coalitions, False, True)
+        Row(
+            index,
+            "exact",
+            _terms(interactions.exact_terms),
+            exact.min_coalitions,
+            False,
+            terms=True,
+        )
         for index in interactions.INDICES  # SV too: its terms of one output, order 1
     ),
     *_GP_TERMS,
@@ -207,8 +210,8 @@ _TERMS: tuple[Row, ...] = (
             name,
             _terms(interactions.shapiq_terms(name, cls, arg)),
             _SAMPLED_TERMS,
-            True,
-            True,
+            sampled=True,
+            terms=True,
             auto=auto,
         )
         for index, name, cls, arg, auto in _SHAPIQ
@@ -247,7 +250,6 @@ _OTHER: tuple[Row, ...] = (
     Row("surrogate", surrogate.NAME, _surrogate, lambda _n: 3, True),
 )
 
-ESTIMATORS: tuple[Row, ...] = _sv()  # the Shapley-value estimators (shapley_values)
 TABLE: tuple[Row, ...] = (*ESTIMATORS, *_TERMS, *_API, *_OTHER)
 _ROWS = {(row.index, row.name, row.terms): row for row in TABLE}
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
