@@ -172,3 +172,21 @@ def test_rankshap_chooses_once(counted: list[str]) -> None:
     )
     assert res.explanations[0].n_model_evals > 0
     assert counted == ["SV:kernel"]
+
+
+def test_texts_of_two_lengths_choose_once_each(
+    counted: list[str], text_model: Model, one_torch_thread: None
+) -> None:
+    """One choice per player count (the longest text sets no other's), with gp's text policy:
+    auto takes gp for Shapley values of text and never for its interaction terms."""
+    texts = np.array(
+        ["a good film with a fine cast", "the worst film in years, dull and far too long"]
+    )
+    res = explain(text_model, texts, options=ShapleyOptions(), seed=0, budget=40)
+    assert counted == ["SV:auto", "SV:auto"]
+    assert [len(e.values) for e in res.explanations] == [7, 10]
+    assert {e.estimator for e in res.explanations} == {"gp"}
+    counted.clear()
+    res = explain(text_model, texts, options=ShapleyOptions(index="k-SII"), seed=0, budget=40)
+    assert counted == ["k-SII:auto", "k-SII:auto"]
+    assert all(e.estimator.startswith("kernel") for e in res.explanations)
