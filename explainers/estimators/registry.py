@@ -403,10 +403,9 @@ def _choose_terms(
     row = _ROWS.get((index, estimator, True))
     if row is None:
         raise OptionError(f"estimator {estimator!r} is not available for {index}")
-    if coalitions < row.min_coalitions(n_players):
-        raise BudgetError(
-            f"budget pays for {coalitions} coalitions; at least {2 * n_players} needed"
-        )
+    need = row.min_coalitions(n_players)
+    if coalitions < need:
+        raise BudgetError(f"budget pays for {coalitions} coalitions; at least {need} needed")
     return row
 
 
