@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from explainers.estimators.base import Estimate
-    from explainers.estimators.registry import shapley_values
+    from explainers.estimators.registry import interaction_values, shapley_values
     from explainers.games import BudgetError, ExplainerError, GameRecorder
-    from explainers.shapley.interactions import interaction_values
 
     InteractionResult = Estimate
     ShapleyResult = Estimate
@@ -28,7 +27,7 @@ _WHERE = {
     "GameRecorder": "explainers.games",
     "InteractionResult": "explainers.estimators.base:Estimate",
     "ShapleyResult": "explainers.estimators.base:Estimate",
-    "interaction_values": "explainers.shapley.interactions",
+    "interaction_values": "explainers.estimators.registry",
     "shapley_values": "explainers.estimators.registry",
 }
 

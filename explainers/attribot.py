@@ -282,6 +282,12 @@ def _budgeted(o: AttriBoTOptions, n: int, budget: int | None) -> AttriBoTOptions
     return o
 
 
+def _removal(lm: LanguageModel, shared: Prompting) -> loo.Removal:
+    """The span game of `lm` over some units with a base removed (leave-one-out's game)."""
+    game = SpanGame(lm, shared)
+    return lambda units, base: SpanMaskGame(game, units, base)
+
+
 def _loo(
     shared: Prompting,
     lm: LanguageModel,
@@ -293,14 +299,14 @@ def _loo(
 ) -> tuple[np.ndarray, float, dict[str, Any], list[str]]:
     """LOO of every unit under `scorer`, narrowed by the hierarchy and/or proxy pruning."""
     tree, n = shared.tree, len(units)
-    game = SpanGame(scorer, shared)
+    game = _removal(scorer, shared)
     scored_by = ["target loo" if scorer is lm else f"proxy loo ({scorer.name})"] * n
     extra: dict[str, Any] = {}
     candidates, base = list(range(n)), frozenset[int]()
     t0 = time.perf_counter()
     if o.hierarchical:
         paragraphs = [frozenset(tree.sentences_in(p)) for p in range(len(tree.paragraphs))]
-        step, _ = loo.by_groups(game, paragraphs, tree.paragraph_of, candidates, o.keep_paragraphs)
+        step = loo.by_groups(game, paragraphs, tree.paragraph_of, candidates, o.keep_paragraphs)
         candidates, base = step.candidates, step.base
         extra["paragraph_scores"] = step.scores.tolist()
         extra["kept_paragraphs"] = sorted(step.kept)
@@ -308,7 +314,7 @@ def _loo(
     if o.prune:
         check_deadline()  # between the phases: each is one batched pass of a language model
         t1 = time.perf_counter()
-        pruner = SpanGame(model(o.pruning_model), shared)
+        pruner = _removal(model(o.pruning_model), shared)
         pruned = loo.by_proxy(pruner, units, candidates, o.keep_sentences, base)
         extra["proxy_scores"] = dict(
             zip((str(j) for j in candidates), pruned.scores.tolist(), strict=True)
@@ -317,9 +323,10 @@ def _loo(
         seconds["proxy_prune"] = time.perf_counter() - t1
     check_deadline()
     t2 = time.perf_counter()
-    scores, full = loo.leave_one_out(game, [units[j] for j in candidates], base)
+    est = loo.scores(game, [units[j] for j in candidates], base)
+    full = float(est.full_value)
     values = np.zeros(n)
-    values[candidates] = scores
+    values[candidates] = est.values
     seconds["loo"] = time.perf_counter() - t2
     extra["reference_context"] = "pruned" if base else "full"  # full: v(the pruned context)
     for j in range(n):

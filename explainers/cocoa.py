@@ -24,10 +24,11 @@ from pydantic import BaseModel, Field
 from explainers.context import KeyValueStore, RunContext
 from explainers.estimators.budget import default_budget
 from explainers.estimators.registry import (
+    Ask,
     EstimatorChoice,
     SamplerName,
     canonical_estimator,
-    choose_estimator,
+    choose,
     shapley_values,
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
@@ -381,10 +382,8 @@ def _shapley_one(
         game = MaskedModelGame(scored, x, ref, groups, model.rows_per_pass())
         n, names = len(patch_names), tuple(patch_names)
     b = default_budget(n, 1, options.estimator) if budget is None else budget
-    choose_estimator(options.estimator, n, b, 1)
-    est = shapley_values(
-        game, n, estimator=options.estimator, budget=b, seed=seed, sampler=options.sampler
-    )
+    choice = choose(Ask(), options.estimator, n, b, 1)  # before any model call
+    est = shapley_values(game, n, seed=seed, sampler=options.sampler, choice=choice)
     est = replace(est, values=np.asarray(est.values).reshape(n, -1))  # [n, 1] for pick
     explanation = pick(est, model, 0)
     name = f"{options.objective} similarity"

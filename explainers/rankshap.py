@@ -25,10 +25,11 @@ from pydantic import BaseModel, Field
 
 from explainers.estimators.budget import default_budget
 from explainers.estimators.registry import (
+    Ask,
     EstimatorChoice,
     SamplerName,
     canonical_estimator,
-    choose_estimator,
+    choose,
     shapley_values,
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError
@@ -327,11 +328,9 @@ def explain(
     )
     n, cost = len(players), game.rows_per_coalition
     budget = default_budget(n, cost, options.estimator) if budget is None else budget
-    choose_estimator(options.estimator, n, budget, cost)  # fail before any model call
+    choice = choose(Ask(), options.estimator, n, budget, cost)  # before any model call
     try:
-        est = shapley_values(
-            game, n, estimator=options.estimator, budget=budget, seed=seed, sampler=options.sampler
-        )
+        est = shapley_values(game, n, seed=seed, sampler=options.sampler, choice=choice)
     except ValueError as exc:  # e.g. a ranker refusing an input
         raise ExplainerError(str(exc)) from exc
     values = np.asarray(est.values, dtype=np.float64).reshape(n)

@@ -1,7 +1,7 @@
 """Monte-Carlo chain API: aggregated positive interactions over sampled permutations.
 
 Chang, Lee & Choi (ICLR 2025); the chain rule and its exact form:
-explainers/shapley/api_allocation.py.
+explainers/estimators/api.py.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class Estimate:
     """Attributions of one game with provenance.
 
     values [n] or [n, k]; base_value = v(empty) and full_value = v(all), [] or [k].
-    Interaction indices (Grabisch & Roubens 1999 and successors, explainers/shapley/interactions.py)
+    Interaction indices (Grabisch & Roubens 1999 and successors, estimators/interactions.py)
     explain one output (`output`): values [n] are the first-order terms, `interactions` maps
     each player tuple of order 1..max_order to its term, and base_value is v(empty) (FBII: its
     empty-set term). A surrogate's base_value is its intercept.
@@ -76,7 +76,7 @@ class Estimate:
     error_std: np.ndarray | None = None  # standard error per value, same shape as values
     partial: bool = False  # stopped early at the deadline: an anytime estimate on fewer samples
     precision: Precision | None = None  # with a target_se: whether it was reached
-    index: str = "SV"  # what the values are: SV, SII, k-SII, STII, FSII, FBII, surrogate, ...
+    index: str = "SV"  # what the values are: SV, SII, k-SII, STII, FSII, FBII, API, LOO, ...
     max_order: int = 1  # highest order in `interactions`
     interactions: Mapping[tuple[int, ...], float] | None = None  # player tuple -> term
     output: int | None = None  # the one output explained, when values are [n] of one output

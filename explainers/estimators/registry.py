@@ -1,7 +1,14 @@
-"""The estimator list, `choose_estimator` and `shapley_values`: the one entry to the estimators.
+"""The estimator table, `choose` and the entries `shapley_values`, `interaction_values` and
+`api_values`: the one way to the estimators.
 
-Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro et al. (2009).
-"Exact when 2^n fits" is `exact.fits`. No torch here.
+One table (`TABLE`): index (SV, an interaction index, API, LOO, surrogate) x estimator -> a
+runner that takes a recorder and returns an `Estimate`, the coalitions it needs, whether it
+samples and where it stands on text players. `choose` resolves a request's estimator from it
+once, to a `Choice` that is passed down (the explainers resolve before any model call, then run
+the choice).
+Shapley (1953); KernelSHAP: Lundberg & Lee (2017); permutation sampling: Castro et al. (2009);
+interaction indices: interactions.py; API: api.py (Chang, Lee & Choi, ICLR 2025); leave-one-out:
+loo.py. "Exact when 2^n fits" is `exact.fits`. No torch here.
 """
 
 from __future__ import annotations
@@ -13,59 +20,240 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from explainers.estimators import (
+    api,
     auto,
     exact,
     gp,
+    interactions,
     kernel,
+    loo,
     msr,
     partition,
     permutation,
     regression,
     rounds,
+    surrogate,
 )
 from explainers.estimators.base import Estimate, OutputRule, Precision, Target
 from explainers.estimators.budget import default_budget
+from explainers.estimators.gp_interactions import fits as gp_fits
 from explainers.explanation import Caveat, OptionError
 from explainers.games import BudgetError, Game, GameRecorder, rows_per_coalition
 
-# Names for options models (pydantic Literals): the estimators below, their old names still
-# accepted (RENAMED), and the kernel's samplers.
+# Names for options models (pydantic Literals): the Shapley-value estimators, their old names
+# still accepted (RENAMED), and the kernel's samplers.
 EstimatorName = Literal[
     "exact", "permutation", "kernel", "surrogate_kernel", "msr", "gp", "partition", "regression"
 ]
 EstimatorChoice = Literal["auto", EstimatorName]
 SamplerName = Literal["kernel", "leverage"]
+# Where a row stands on text players (every coalition a transformer pass): "any"; "costly":
+# auto prefers it there (gp's fit is cheap against the passes); "by_name": auto never picks it
+# there and an answer by name carries the row's text caveat.
+TextPolicy = Literal["any", "costly", "by_name"]
+AutoRank = Literal["", "first", "fallback"]  # interaction terms: where auto takes a row
 
 
 @dataclass(frozen=True)
-class EstimatorSpec:
+class Ask:
+    """What a request asks of an estimator besides the game: the index (and `terms`: one
+    output's interaction terms, not values of every output), its highest order, the explained
+    output (terms; None: v(all)'s argmax), the API rule, the kernel's sampler, a precision
+    target and the seed (shapiq's approximators take it; the others the rng made from it)."""
+
+    index: str = "SV"
+    terms: bool = False
+    max_order: int = 1
+    output: int | None = 0
+    variant: str = "chain"
+    sampler: str = "kernel"
+    target: Target | None = None
+    seed: int = 0
+
+
+Runner = Callable[[GameRecorder, np.random.Generator, Ask], Estimate]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the estimator table: index x estimator -> runner, the coalitions it needs
+    for n players, whether it samples, where it stands on text players (TextPolicy) and, for
+    interaction terms, where auto takes it ("first", else "fallback") and whether it takes a
+    size (players, order, coalitions)."""
+
+    index: str
     name: str
-    run: Callable[[GameRecorder, np.random.Generator, str, Target | None], Estimate]
+    run: Runner
     min_coalitions: Callable[[int], int]
+    sampled: bool
+    terms: bool = False
+    text: TextPolicy = "any"
+    text_caveat: Caveat | None = None
+    auto: AutoRank = ""
+    takes: Callable[[int, int, int], bool] | None = None
+
+
+def _terms(runner: interactions.TermsRunner) -> Runner:
+    """A terms runner (interactions.py) on the table's signature."""
+
+    def run(recorder: GameRecorder, rng: np.random.Generator, ask: Ask) -> Estimate:
+        k = 1 if ask.index == "SV" else ask.max_order
+        return runner(recorder, rng, interactions.Terms(ask.index, k, ask.output), ask.seed)
+
+    return run
+
+
+def _row(
+    name: str, run: Runner, need: Callable[[int], int], sampled: bool, text: TextPolicy = "any"
+) -> Row:
+    """A Shapley-value row (values of every output)."""
+    return Row("SV", name, run, need, sampled, text=text)
 
 
 # The Shapley-value estimators, by name: add one here and to EstimatorName.
-ESTIMATORS: tuple[EstimatorSpec, ...] = (
-    EstimatorSpec("exact", lambda rec, rng, _s, _t: exact.exact(rec, rng), exact.min_coalitions),
-    EstimatorSpec(
+ESTIMATORS: tuple[Row, ...] = (
+    _row("exact", lambda rec, rng, _a: exact.exact(rec, rng), exact.min_coalitions, False),
+    _row(
         "permutation",
-        lambda rec, rng, _s, t: permutation.permutation(rec, rng, t),
+        lambda rec, rng, a: permutation.permutation(rec, rng, a.target),
         permutation.min_coalitions,
+        True,
     ),
-    EstimatorSpec("kernel", kernel.kernel, kernel.min_coalitions),
+    _row(
+        "kernel",
+        lambda rec, rng, a: kernel.kernel(rec, rng, a.sampler, a.target),
+        kernel.min_coalitions,
+        True,
+    ),
     # cubic-surrogate-adjusted KernelSHAP (inspired by Witter et al. 2025; not their estimator)
-    EstimatorSpec("surrogate_kernel", regression.surrogate_kernel, regression.min_coalitions),
+    _row(
+        "surrogate_kernel",
+        lambda rec, rng, a: regression.surrogate_kernel(rec, rng, a.sampler, a.target),
+        regression.min_coalitions,
+        True,
+    ),
     # Witter, Liu & Musco (2025): XGBoost surrogate + unbiased maximum-sample-reuse residual
-    EstimatorSpec("msr", lambda rec, rng, _s, t: msr.msr(rec, rng, t), msr.min_coalitions),
-    EstimatorSpec("gp", gp.gp, gp.min_coalitions),
+    _row("msr", lambda rec, rng, a: msr.msr(rec, rng, a.target), msr.min_coalitions, True),
+    _row(
+        "gp",
+        lambda rec, rng, a: gp.gp(rec, rng, a.sampler, a.target),
+        gp.min_coalitions,
+        True,
+        text="costly",
+    ),
     # Owen values over game.hierarchy (not Shapley values: never chosen by auto)
-    EstimatorSpec(
+    _row(
         "partition",
-        lambda rec, rng, _s, t: partition.partition(rec, rng, t),
+        lambda rec, rng, a: partition.partition(rec, rng, a.target),
         partition.min_coalitions,
+        False,
     ),
 )
+
+
+_PRIOR_MISFIT = Caveat(
+    "prior_misfit",
+    "gp's prior misses word interactions on text models: its first-order terms can be "
+    "biased beyond their error_std (docs/benchmarks.md); from about 64n coalitions "
+    "estimator kernel (KernelSHAP-IQ) is more accurate",
+)
+_SAMPLED_TERMS = interactions.min_coalitions
+# auto's sampled estimator per index ("first"; gp: not on text games, see _PRIOR_MISFIT): RMSE of
+# gp over the best of shapiq's at equal coalitions, 4n-64n, tanh and breast-cancer games
+# (bench/gp_interactions_bench.py, docs/benchmarks.md): SII 0.32-0.79x, k-SII 0.27-0.76x, STII
+# 0.17-1.01x PermutationSamplingSTII (SVARM-IQ is worse), FSII 0.05-0.50x RegressionFSII, FBII
+# 0.02-0.75x RegressionFBII. "fallback": where gp does not apply.
+_GP_TERMS = tuple(
+    Row(
+        index,
+        "gp",
+        _terms(interactions.gp_terms),
+        _SAMPLED_TERMS,
+        sampled=True,
+        terms=True,
+        text="by_name",
+        text_caveat=_PRIOR_MISFIT,
+        auto="first",
+        takes=gp_fits,
+    )
+    for index in ("SII", "k-SII", "STII", "FSII", "FBII")  # gp_interactions.py: any linear index
+)
+# (index, estimator, shapiq approximator, its index argument, auto)
+_SHAPIQ: tuple[tuple[str, str, str, str | None, AutoRank], ...] = (
+    ("SII", "kernel", "KernelSHAPIQ", "SII", "fallback"),
+    ("k-SII", "kernel", "KernelSHAPIQ", "k-SII", "fallback"),
+    ("FSII", "kernel", "RegressionFSII", None, "fallback"),
+    ("FBII", "kernel", "RegressionFBII", None, "fallback"),
+    ("SII", "svarm", "SVARMIQ", "SII", ""),
+    ("k-SII", "svarm", "SVARMIQ", "k-SII", ""),
+    ("STII", "svarm", "SVARMIQ", "STII", ""),
+    ("SII", "permutation", "PermutationSamplingSII", "SII", ""),
+    ("k-SII", "permutation", "PermutationSamplingSII", "k-SII", ""),
+    ("STII", "permutation", "PermutationSamplingSTII", None, "fallback"),
+)
+_TERMS: tuple[Row, ...] = (
+    *(
+        Row(
+            index,
+            "exact",
+            _terms(interactions.exact_terms),
+            exact.min_coalitions,
+            False,
+            terms=True,
+        )
+        for index in interactions.INDICES  # SV too: its terms of one output, order 1
+    ),
+    *_GP_TERMS,
+    *(
+        Row(
+            index,
+            name,
+            _terms(interactions.shapiq_terms(name, cls, arg)),
+            _SAMPLED_TERMS,
+            sampled=True,
+            terms=True,
+            auto=auto,
+        )
+        for index, name, cls, arg, auto in _SHAPIQ
+    ),
+)
+_API: tuple[Row, ...] = (
+    Row(
+        "API",
+        "exact",
+        lambda rec, rng, a: api.exact_api(rec, rng, a.variant),
+        exact.min_coalitions,
+        False,
+    ),
+    Row(
+        "API",
+        "permutation",
+        lambda rec, rng, _a: api.permutation_chain(rec, rng),
+        api.min_coalitions,
+        True,
+    ),
+)
+
+
+def _surrogate(recorder: GameRecorder, rng: np.random.Generator, ask: Ask) -> Estimate:
+    """ContextCite's Lasso surrogate on every coalition the budget pays for but v(all)."""
+    if recorder.remaining is None:
+        raise OptionError("a sampled surrogate needs a budget")
+    return surrogate.linear_surrogate(recorder, rng, recorder.remaining - 1)
+
+
+# Leave-one-out (one coalition without each player) and ContextCite's sampled surrogate (its
+# defaults; attribot.py passes its own options to surrogate.py) are asked for by name by their
+# explainers; TreeSHAP reads the trees, not a game (tree.py, shapley/trees.py): no row.
+_OTHER: tuple[Row, ...] = (
+    Row("LOO", "loo", lambda rec, _rng, _a: loo.leave_one_out(rec), loo.min_coalitions, False),
+    Row("surrogate", surrogate.NAME, _surrogate, lambda _n: 3, True),
+)
+
+TABLE: tuple[Row, ...] = (*ESTIMATORS, *_TERMS, *_API, *_OTHER)
+_ROWS = {(row.index, row.name, row.terms): row for row in TABLE}
 _BY_NAME = {spec.name: spec for spec in ESTIMATORS}
+EstimatorSpec = Row  # the name of a table row before interactions and API joined the table
 # Old names, accepted for one release after a rename: the answer names the new one
 # (Estimate.estimator) and carries a deprecated_name warning. Remove an entry (and its name in
 # EstimatorName) in the release after the one that renamed it.
@@ -74,8 +262,8 @@ RENAMED: dict[str, str] = {
     "regression": "surrogate_kernel",
 }
 GP_BELOW = 3  # auto: gp below this many coalitions per player (else kernel)
-if len(_BY_NAME) != len(ESTIMATORS):
-    raise ValueError("duplicate estimator names")
+if len(_ROWS) != len(TABLE) or len(_BY_NAME) != len(ESTIMATORS):
+    raise ValueError("duplicate estimator table rows")
 if set(_BY_NAME) | set(RENAMED) != set(get_args(EstimatorName)) or set(RENAMED) & set(_BY_NAME):
     raise ValueError("ESTIMATORS, RENAMED and EstimatorName disagree")
 ESTIMATOR_NAMES: tuple[str, ...] = tuple(_BY_NAME)
@@ -99,35 +287,69 @@ def renamed_caveat(estimator: str) -> Caveat | None:
     )
 
 
-def choose_estimator(
+@dataclass(frozen=True)
+class Choice:
+    """One request's resolved estimator: the table row, what was asked (auto, an old name) and
+    the sizes it was checked against. Resolved once (`choose`) and passed down."""
+
+    row: Row
+    asked: str
+    n_players: int
+    budget: int  # model evaluations
+    cost: int  # model rows per coalition
+    target: bool = False
+    text: bool = False
+
+    @property
+    def estimator(self) -> str:
+        return self.row.name
+
+    @property
+    def is_auto(self) -> bool:
+        return canonical_estimator(self.asked) == "auto"
+
+    def run(self, recorder: GameRecorder, rng: np.random.Generator, ask: Ask) -> Estimate:
+        """The row's runner on the recorded game, with its text caveat where it applies."""
+        est = self.row.run(recorder, rng, ask)
+        caveat = self.row.text_caveat if self.text else None
+        return est if caveat is None else replace(est, warnings=(*est.warnings, caveat))
+
+
+def choose(
+    ask: Ask,
     estimator: str,
     n_players: int,
     budget: int,
     cost: int = 1,
+    *,
     target: bool = False,
-    costly: bool = False,
-) -> str:
-    """Resolve `auto` (exact when 2^n fits, else gp below 3n coalitions or for a `costly`
-    game, else kernel) and check the budget suffices.
+    text: bool = False,
+) -> Choice:
+    """Resolve `estimator` (auto, a name, an old name) for `ask` on n players within `budget`
+    model evaluations at `cost` rows per coalition, from the table; raise OptionError or
+    BudgetError before any model call when it cannot answer. `text`: the players are a text
+    model's (TextPolicy)."""
+    if ask.index == "API":
+        row = _choose_api(estimator, n_players, budget // cost, ask.variant)
+    elif ask.terms:
+        row = _choose_terms(ask, estimator, n_players, budget, cost, text)
+    else:
+        row = _choose_sv(estimator, n_players, budget, cost, target, text)
+    return Choice(row, estimator, n_players, budget, cost, target, text)
 
-    `costly`: a coalition costs far more than gp's own fit (text models: a transformer pass
-    each, about 3 ms on one core for MiniLM against gp's 0.04-0.3 s for 2,000 coalitions); gp
-    is then at least as accurate as KernelSHAP on the same coalitions at most budgets and
-    0.6x its RMSE from 32n on sentiment-minilm words (docs/benchmarks.md).
 
-    gp below 3n: KernelSHAP's regression is then nearly square (2n: n-1 pairs for n-1 free
-    values) and its error can exceed the values; the GP posterior is well posed and costs
-    milliseconds at that size (docs/benchmarks.md, issue 17). With a precision target, exact
-    only when 2^n also fits the no-target default budget (2n + 2048 coalitions); else `kernel`
-    here and a race in `shapley_values`. `partition` (Owen values over the game's hierarchy,
-    not Shapley values) is never chosen by auto: it is asked for by name.
-    """
+def _choose_sv(
+    estimator: str, n_players: int, budget: int, cost: int, target: bool, text: bool
+) -> Row:
+    """Shapley values: auto is exact when 2^n fits, else gp below GP_BELOW n coalitions or on
+    text players (gp's row: "costly"), else kernel (choose_estimator)."""
     coalitions = budget // cost
     estimator = canonical_estimator(estimator)
     if estimator == "auto":
         fits = exact.fits(n_players, coalitions)
         if target:
             fits = fits and (1 << n_players) <= default_budget(n_players)
+        costly = text and _BY_NAME["gp"].text == "costly"
         use_gp = not target and (costly or coalitions < GP_BELOW * n_players)
         use_gp = use_gp and n_players <= gp.MAX_PLAYERS
         estimator = "exact" if fits or n_players == 1 else "gp" if use_gp else "kernel"
@@ -146,7 +368,100 @@ def choose_estimator(
             f"each; estimator {estimator!r} needs at least {need} coalitions for {n_players} "
             f"players, a budget of {need * cost}"
         )
-    return estimator
+    return _BY_NAME[estimator]
+
+
+def _auto_row(index: str, auto: str) -> Row | None:
+    """The interaction-terms row auto takes first, or where that one does not apply."""
+    return next((r for r in TABLE if r.terms and r.index == index and r.auto == auto), None)
+
+
+def _choose_terms(
+    ask: Ask, estimator: str, n_players: int, budget: int, cost: int, text: bool
+) -> Row:
+    """Interaction terms of one output: auto is exact when 2^n fits, else the index's "first"
+    row where it applies (TextPolicy, its size), else its "fallback"."""
+    index, k = ask.index, 1 if ask.index == "SV" else ask.max_order
+    coalitions = budget // cost
+    fits = exact.fits(n_players, coalitions)
+    if estimator == "auto":
+        first, fallback = _auto_row(index, "first"), _auto_row(index, "fallback")
+        estimator = "exact" if fits else "kernel"  # SV: no sampled terms (the error below)
+        if not fits and first is not None:
+            skip = text and first.text == "by_name"
+            skip = skip or (first.takes is not None and not first.takes(n_players, k, coalitions))
+            estimator = (fallback or first).name if skip else first.name
+    if estimator == "exact":
+        if not fits:
+            raise BudgetError(
+                f"exact needs all {1 << n_players} coalitions ({(1 << n_players) * cost} model "
+                f"evaluations) and at most {exact.MAX_PLAYERS} players"
+            )
+        return _ROWS[index, "exact", True]
+    if index == "SV":
+        raise OptionError("sampled SV: use the shapley estimators (index SV with kernel)")
+    row = _ROWS.get((index, estimator, True))
+    if row is None:
+        raise OptionError(f"estimator {estimator!r} is not available for {index}")
+    need = row.min_coalitions(n_players)
+    if coalitions < need:
+        raise BudgetError(f"budget pays for {coalitions} coalitions; at least {need} needed")
+    return row
+
+
+API_ESTIMATORS = ("auto", *(row.name for row in TABLE if row.index == "API"))
+
+
+def _choose_api(estimator: str, n_players: int, coalitions: int, variant: str) -> Row:
+    """API: auto is exact when 2^n fits, else the permutation estimator (chain rule only)."""
+    if estimator not in API_ESTIMATORS:
+        raise OptionError("API supports the estimators auto, exact and permutation")
+    if variant not in api.VARIANTS:
+        raise OptionError(f"unknown API variant {variant!r}; use one of {api.VARIANTS}")
+    fits = exact.fits(n_players, coalitions)
+    if estimator == "auto":
+        estimator = "exact" if fits else "permutation"
+    if estimator == "exact":
+        if not fits:
+            raise BudgetError(f"exact API needs all {1 << n_players} coalitions")
+        return _ROWS["API", "exact", False]
+    if variant != "chain":
+        raise BudgetError(
+            "sampled API is the permutation estimator of the chain variant; the moebius variant "
+            "needs all 2^n coalitions"
+        )
+    row = _ROWS["API", "permutation", False]
+    if coalitions < row.min_coalitions(n_players):
+        raise BudgetError(
+            f"API needs at least {row.min_coalitions(n_players)} coalitions for {n_players} players"
+        )
+    return row
+
+
+def choose_estimator(
+    estimator: str,
+    n_players: int,
+    budget: int,
+    cost: int = 1,
+    target: bool = False,
+    costly: bool = False,
+) -> str:
+    """The Shapley-value estimator `choose` resolves (its name): auto is exact when 2^n fits,
+    else gp below 3n coalitions or for a `costly` game, else kernel; the budget is checked.
+
+    `costly`: a coalition costs far more than gp's own fit (text models: a transformer pass
+    each, about 3 ms on one core for MiniLM against gp's 0.04-0.3 s for 2,000 coalitions); gp
+    is then at least as accurate as KernelSHAP on the same coalitions at most budgets and
+    0.6x its RMSE from 32n on sentiment-minilm words (docs/benchmarks.md).
+
+    gp below 3n: KernelSHAP's regression is then nearly square (2n: n-1 pairs for n-1 free
+    values) and its error can exceed the values; the GP posterior is well posed and costs
+    milliseconds at that size (docs/benchmarks.md, issue 17). With a precision target, exact
+    only when 2^n also fits the no-target default budget (2n + 2048 coalitions); else `kernel`
+    here and a race in `shapley_values`. `partition` (Owen values over the game's hierarchy,
+    not Shapley values) is never chosen by auto: it is asked for by name.
+    """
+    return choose(Ask(), estimator, n_players, budget, cost, target=target, text=costly).estimator
 
 
 def shapley_values(
@@ -160,10 +475,13 @@ def shapley_values(
     target_se: float | None = None,
     target_output: OutputRule = None,
     costly: bool = False,
+    choice: Choice | None = None,
 ) -> Estimate:
     """Shapley values of `game` (bool masks [m, n] -> values [m] or [m, k]).
 
     `costly`: each coalition costs far more than gp's fit (choose_estimator; text models).
+    `choice`: the request's estimator, resolved already (`choose`); it then replaces
+    `estimator`, `budget` and `costly`.
 
     `budget` counts model evaluations: coalitions times `game.rows_per_coalition` (default 1).
     `target_se`: sample in rounds until every error_std of `target_output` (an index, a rule
@@ -179,6 +497,7 @@ def shapley_values(
         target_se=target_se,
         target_output=target_output,
         costly=costly,
+        choice=choice,
     )[0]
 
 
@@ -193,23 +512,27 @@ def shapley_values_chosen(
     target_se: float | None = None,
     target_output: OutputRule = None,
     costly: bool = False,
+    choice: Choice | None = None,
 ) -> tuple[Estimate, dict[str, Any] | None]:
     """`shapley_values` and, when `estimator` is auto, how auto chose (details.auto: what it
-    measured, predicted and why; auto.py), else None."""
+    measured, predicted and why; auto.py), else None. `choice`: resolved already (`choose`)."""
     if n_players < 1:
         raise OptionError("a game needs at least one player")
     if target_se is not None and not (np.isfinite(target_se) and target_se > 0):
         raise OptionError(f"target_se must be a positive number, got {target_se}")
     cost = rows_per_coalition(game)
     target = None if target_se is None else Target(float(target_se), target_output)
-    if budget is None:
-        budget = default_budget(n_players, cost, estimator, target=target is not None)
-    name = choose_estimator(
-        estimator, n_players, budget, cost, target=target is not None, costly=costly
-    )
-    if n_players == 1:
-        name = "exact"
-    is_auto = canonical_estimator(estimator) == "auto"
+    if choice is None:
+        if budget is None:
+            budget = default_budget(n_players, cost, estimator, target=target is not None)
+        choice = choose(
+            Ask(), estimator, n_players, budget, cost, target=target is not None, text=costly
+        )
+    elif (choice.n_players, choice.cost, choice.target) != (n_players, cost, target is not None):
+        raise ValueError("the choice was resolved for another game or target")
+    estimator, budget, costly = choice.asked, choice.budget, choice.text
+    name = "exact" if n_players == 1 else choice.estimator
+    is_auto = choice.is_auto
     measure = is_auto and name == "kernel" and target is None and auto.enabled()
     measure = measure and n_players <= gp.MAX_PLAYERS and budget // cost <= gp.MAX_ROWS
     timed = auto.Timed(game) if measure else None
@@ -235,7 +558,8 @@ def shapley_values_chosen(
         else:  # no fit ran (exact enumeration needs none)
             est = replace(est, estimator="kernel")
     else:
-        est = _BY_NAME[name].run(recorder, rng, sampler, target)
+        ask = Ask(sampler=sampler, target=target, seed=seed)
+        est = _BY_NAME[name].run(recorder, rng, ask)
         if is_auto:
             details = auto.static(name, _static_reason(name, n_players, budget // cost, costly))
     if target is not None and est.precision is None:  # exact
@@ -246,6 +570,56 @@ def shapley_values_chosen(
     return est, details
 
 
+def interaction_values(
+    game: Game,
+    n_players: int,
+    *,
+    index: str,
+    max_order: int = 2,
+    estimator: str = "auto",
+    budget: int | None = None,
+    seed: int = 0,
+    output: int | None = 0,
+    gp_auto: bool = True,
+    choice: Choice | None = None,
+) -> Estimate:
+    """Interaction index values of `game` for one output (`output`; None = v(all)'s argmax):
+    `interactions` holds every term of order 1..max_order, `values` the first-order ones.
+
+    `gp_auto` False: text players (TextPolicy): `auto` never picks gp (the explainers pass it for
+    text games, where gp's prior misses word interactions: its first-order k-SII terms are
+    biased, docs/benchmarks.md) and gp by name carries prior_misfit. `choice`: resolved
+    already (`choose`); it then replaces `estimator`, `budget` and `gp_auto`.
+    """
+    if index not in interactions.INDICES:
+        raise OptionError(f"unknown index {index!r}; use one of {interactions.INDICES}")
+    if not 1 <= max_order <= n_players:
+        raise OptionError(f"max_order must be between 1 and {n_players}")
+    ask = Ask(index, True, max_order, output, seed=seed)
+    if choice is None:
+        cost = rows_per_coalition(game)
+        if budget is None:
+            budget = default_budget(n_players, cost, "exact" if estimator == "exact" else "auto")
+        choice = choose(ask, estimator, n_players, budget, cost, text=not gp_auto)
+    recorder = GameRecorder(game, n_players, choice.budget)
+    return choice.run(recorder, np.random.default_rng(seed), ask)
+
+
+def api_values(
+    recorder: GameRecorder,
+    rng: np.random.Generator,
+    variant: str = "chain",
+    estimator: str = "auto",
+) -> Estimate:
+    """API allocation of the recorded game: exact when 2^n fits, else Monte-Carlo (chain)."""
+    left = recorder.remaining
+    budget = (1 << 62 if left is None else left) * recorder.cost  # None: no limit
+    choice = choose(
+        Ask("API", variant=variant), estimator, recorder.n_players, budget, recorder.cost
+    )
+    return choice.run(recorder, rng, Ask("API", variant=variant))
+
+
 def _static_reason(name: str, n_players: int, coalitions: int, costly: bool) -> str:
     """Why auto chose `name` without measuring (the rule of choose_estimator)."""
     if name == "exact":
@@ -253,27 +627,39 @@ def _static_reason(name: str, n_players: int, coalitions: int, costly: bool) -> 
     if name == "gp" and costly:
         return "gp: every coalition is a text model pass, far costlier than gp's fit"
     if name == "gp":
-        return f"gp: {coalitions} coalitions < {GP_BELOW}n, where KernelSHAP's regression is " \
+        return (
+            f"gp: {coalitions} coalitions < {GP_BELOW}n, where KernelSHAP's regression is "
             "nearly square"
+        )
     if n_players > gp.MAX_PLAYERS or coalitions > gp.MAX_ROWS:
-        return (f"kernel: beyond gp's {gp.MAX_ROWS} coalitions or {gp.MAX_PLAYERS} players "
-                "gp is KernelSHAP")  # fmt: skip
+        return (
+            f"kernel: beyond gp's {gp.MAX_ROWS} coalitions or {gp.MAX_PLAYERS} players "
+            "gp is KernelSHAP"
+        )
     if not auto.enabled():
         return f"kernel: {auto.ENV}=0 (the static rule: kernel from {GP_BELOW}n)"
     return f"{name}: the static rule"
 
 
 __all__ = [
+    "API_ESTIMATORS",
     "ESTIMATORS",
     "ESTIMATOR_NAMES",
     "RENAMED",
     "SAMPLER_NAMES",
+    "TABLE",
+    "Ask",
+    "Choice",
     "EstimatorChoice",
     "EstimatorName",
     "EstimatorSpec",
+    "Row",
     "SamplerName",
+    "api_values",
     "canonical_estimator",
+    "choose",
     "choose_estimator",
+    "interaction_values",
     "renamed_caveat",
     "shapley_values",
     "shapley_values_chosen",

@@ -3,8 +3,8 @@
 ℓ = Σ_t log p(y_t | prompt, y_<t) of a fixed response (AttriBoT, Liu et al. ICLR 2025;
 ContextCite, Cohen-Wang et al. 2024). Players are sets of context sentences (a sentence, or a
 paragraph's sentences). A batch shares the KV cache of the base prompt's pass (exact).
-`SpanGame` evaluates removals (leave-one-out); `SpanMaskGame` is the same game over coalition
-masks, for the estimators that take a game (ContextCite's surrogate).
+`SpanGame` evaluates removals; `SpanMaskGame` is the same game over coalition masks, for the
+estimators (leave-one-out, ContextCite's surrogate), each through a recorder.
 No torch here: the language model does the tensor work.
 """
 
@@ -100,11 +100,13 @@ class SpanGame:
 @dataclass(frozen=True)
 class SpanMaskGame:
     """The span game as a coalition game: v(masks [m, n], True = unit present) [m] = ℓ with the
-    absent units' sentences left out. One reference pass per call; a mask that leaves the
-    prompt as it is (every unit present, or only empty units absent) costs no pass."""
+    absent units' sentences (and the `base` sentences) left out. One reference pass (of the
+    base prompt) per call; a mask that leaves that prompt as it is (every unit present, or only
+    empty units absent) costs no pass."""
 
     game: SpanGame
     units: tuple[frozenset[int], ...]  # the sentences of each player
+    base: frozenset[int] = frozenset()  # sentences removed whatever the mask
 
     def __call__(self, masks: np.ndarray) -> np.ndarray:
         masks = np.atleast_2d(np.asarray(masks, dtype=bool))
@@ -112,7 +114,7 @@ class SpanMaskGame:
             frozenset[int]().union(*(self.units[j] for j in np.flatnonzero(~row)))
             for row in masks
         ]
-        return self.game.evaluate(frozenset(), removals)[1]
+        return self.game.evaluate(self.base, removals)[1]
 
 
 __all__ = ["LanguageModel", "Prompting", "SpanGame", "SpanMaskGame"]

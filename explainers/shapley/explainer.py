@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field
 
+from explainers.estimators import interactions
 from explainers.estimators.budget import default_budget
 from explainers.estimators.registry import (
     ESTIMATORS,
@@ -29,7 +30,7 @@ from explainers.games.masked import default_patch_size as patch_default
 from explainers.masking import MaskerOptions, default_masker, resolve
 from explainers.masking import masker_references as _references  # noqa: F401  (tests' path)
 from explainers.options import ARRAYS, EVERYWHERE, TEXTS, ExplainerOptions, applies
-from explainers.shapley import interactions, runs
+from explainers.shapley import runs
 from explainers.shapley import trees as shapley_trees
 from explainers.trust import audit
 from models.base import Model, TextModel
@@ -300,17 +301,17 @@ def explain(
         plan = _array_plan(model, inputs, options, budget, background)
     if options.target_se is not None and options.index != "SV":
         raise OptionError("target_se applies to Shapley values (index SV)")
-    if options.index == "SV":  # fail before any model call
-        for n in sorted({n for _, n, _ in plan.games}):
-            choose_estimator(
-                options.estimator, n, plan.budget, plan.cost, options.target_se is not None
-            )
-    run = runs.Run(options, plan.budget, seed, model, target)
+    sizes = [(game, n) for game, n, _ in plan.games]
+    if options.index == "SV":  # the estimator, once per request, before any model call
+        chosen = runs.choices(options, model, sizes, plan.budget)
     explain_one = {"SV": runs.shapley_one, "API": runs.api_one}.get(
         options.index, runs.interactions_one
     )
     if any(not 0 <= t < model.n_outputs for t in runs.wanted(target) if t is not None):
         raise OptionError(f"target out of range for {model.n_outputs} outputs")
+    if options.index != "SV":  # interaction indices and API: after the target's check
+        chosen = runs.choices(options, model, sizes, plan.budget)
+    run = runs.Run(options, plan.budget, seed, model, target, chosen)
     explanations = []
     extras = plan.details or (None,) * len(plan.games)
     for (game, n_players, players), extra in zip(plan.games, extras, strict=True):
@@ -328,8 +329,8 @@ def explain(
                     details=details,
                 )
             )
-    chosen = {"players": plan.resolved.get("players")}  # players 'auto' as resolved
-    echo = {**options.echo(model.modality, values=chosen), **plan.resolved}
+    resolved = {"players": plan.resolved.get("players")}  # players 'auto' as resolved
+    echo = {**options.echo(model.modality, values=resolved), **plan.resolved}
     echo["estimator"] = canonical_estimator(options.estimator)  # an old name: the new one
     additive = options.index in interactions.EFFICIENT
     meta: dict[str, Any] = {}

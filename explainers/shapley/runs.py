@@ -1,14 +1,17 @@
 """Per instance, one index of the `shapley` explainer: the game, an estimator, the outputs.
 
-SV: `shapley_values`; API (aggregated positive interactions): `api_allocation`; the other
-interaction indices: `interactions`. `pick` turns a multi-output estimate into one Explanation
-(shared with cocoa and rankshap). With several targets, SV and API give every output from one
-estimate (the same coalitions); interaction indices explain one output per run, over a game
-memoised across the runs (`Memo`), so a coalition is paid for once.
+The estimator is the request's `Choice` from the estimator table (estimators/registry.py),
+resolved once per player count before any model call (`choices`). SV: `shapley_values`; API
+(aggregated positive interactions) and the other interaction indices: the choice's runner.
+`pick` turns a multi-output estimate into one Explanation (shared with cocoa and rankshap).
+With several targets, SV and API give every output from one estimate (the same coalitions);
+interaction indices explain one output per run, over a game memoised across the runs (`Memo`),
+so a coalition is paid for once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
@@ -16,10 +19,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from explainers.estimators.base import Estimate
-from explainers.estimators.registry import shapley_values_chosen
-from explainers.explanation import Caveat, Explanation, OptionError
+from explainers.estimators.registry import (
+    Ask,
+    Choice,
+    choose,
+    interaction_values,
+    shapley_values_chosen,
+)
+from explainers.explanation import Explanation
 from explainers.games import Game, GameRecorder, rows_per_coalition
-from explainers.shapley import api_allocation, interactions
 from models.modality import Modality
 
 if TYPE_CHECKING:
@@ -35,6 +43,39 @@ class Run(NamedTuple):
     seed: int
     model: Model
     target: int | tuple[int, ...] | None  # a tuple: several outputs, in the order asked
+    choices: Mapping[int, Choice]  # the estimator, resolved once per player count
+
+
+def _ask(options: ShapleyOptions, n_players: int) -> Ask:
+    """What the index asks of the estimator on n players."""
+    if options.index == "API":
+        return Ask("API", variant=options.api_variant)
+    if options.index == "SV":
+        return Ask(sampler=options.sampler)
+    return Ask(options.index, True, min(options.max_order, n_players))
+
+
+def choices(
+    options: ShapleyOptions, model: Model, games: Sequence[tuple[Game, int]], budget: int
+) -> dict[int, Choice]:
+    """The request's estimator for each player count (smallest first), from the table: raises
+    before any model call when it cannot answer."""
+    first: dict[int, Game] = {}
+    for game, n in games:
+        first.setdefault(n, game)
+    text = model.modality == Modality.TEXT  # gp: costly for SV, by name for interactions
+    return {
+        n: choose(
+            _ask(options, n),
+            options.estimator,
+            n,
+            budget,
+            rows_per_coalition(first[n]),
+            target=options.target_se is not None,
+            text=text,
+        )
+        for n in sorted(first)
+    }
 
 
 def wanted(target: int | tuple[int, ...] | None) -> tuple[int | None, ...]:
@@ -50,7 +91,7 @@ def shared(est: Estimate, model: Model, target: int | tuple[int, ...] | None) ->
 
 
 def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
-    options, budget, seed, model, target = run
+    options, budget, seed, model, target, _ = run
     # target_se watches the explained output; with several, every output (a superset)
     watch = None if isinstance(target, tuple) else target
     est, chosen = shapley_values_chosen(
@@ -62,7 +103,7 @@ def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
         sampler=options.sampler,
         target_se=options.target_se,
         target_output=watch if target is not None else partial(explained, model),
-        costly=model.modality == Modality.TEXT,
+        choice=run.choices[n_players],
     )
     if chosen is None:
         return shared(est, model, target)
@@ -121,13 +162,9 @@ def pick(est: Estimate, model: Model, target: int | None) -> Explanation:
 
 
 def api_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
-    options, budget, seed, model, target = run
-    if options.estimator not in ("auto", "exact", "permutation"):
-        raise OptionError("API supports the estimators auto, exact and permutation")
+    options, budget, seed, model, target, choices = run
     recorder = GameRecorder(game, n_players, budget)
-    est = api_allocation.api_values(
-        recorder, np.random.default_rng(seed), options.api_variant, options.estimator
-    )
+    est = choices[n_players].run(recorder, np.random.default_rng(seed), _ask(options, n_players))
     return shared(est, model, target)
 
 
@@ -168,26 +205,16 @@ def interactions_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
 
 
 def _interactions(game: Game, n_players: int, run: Run, target: int | None) -> Explanation:
-    options, budget, seed, model, _ = run
+    """One output's interaction terms (the choice's text caveat, prior_misfit, included)."""
+    options, _, seed, model, _, choices = run
     output = target if target is not None or model.task == "classification" else 0
-    res = interactions.interaction_values(
+    res = interaction_values(
         game,
         n_players,
         index=options.index,
         max_order=min(options.max_order, n_players),
-        estimator=options.estimator,
-        budget=budget,
         seed=seed,
         output=output,
-        gp_auto=model.modality != Modality.TEXT,
+        choice=choices[n_players],
     )
-    explanation = pick(res, model, target)
-    if model.modality == Modality.TEXT and res.estimator == "gp":  # asked for by name
-        misfit = Caveat(
-            "prior_misfit",
-            "gp's prior misses word interactions on text models: its first-order terms can be "
-            "biased beyond their error_std (docs/benchmarks.md); from about 64n coalitions "
-            "estimator kernel (KernelSHAP-IQ) is more accurate",
-        )
-        explanation = replace(explanation, warnings=(*explanation.warnings, misfit))
-    return explanation
+    return pick(res, model, target)

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
-from explainers.games import Game, rows_per_coalition
+from explainers.games import Game, GameRecorder
 from explainers.games.absence import Absence, Kind, references
 from explainers.games.deadlines import check_deadline
 from explainers.games.masked import MaskedModelGame, patch_groups
@@ -128,8 +128,9 @@ def faithfulness(
             row[rng.choice(n, size, replace=False)] = True
         blocks["mufidelity"] = ~subsets
     masks = np.concatenate(list(blocks.values()))
-    check_deadline()  # the game is called directly (no recorder): cancel and deadline here
-    out = np.asarray(game(masks), dtype=np.float64)
+    recorder = GameRecorder(game, n)  # meters the game: cancel, deadline, model rows
+    # every mask as given, in one call: the curves' shared ends are paid for as before
+    out = recorder.shape_out(recorder.evaluate_distinct(masks))
     out = out[:, output] if out.ndim == 2 else out
     figures: dict[str, Any] = {}
     start = 1
@@ -152,7 +153,7 @@ def faithfulness(
             figures["mufidelity"] = float(np.corrcoef(sums, drops)[0, 1]) if ok else None
     if {"deletion", "insertion"} <= want:
         figures["insertion_minus_deletion"] = figures["insertion_auc"] - figures["deletion_auc"]
-    figures["n_model_evals"] = len(masks) * rows_per_coalition(game)
+    figures["n_model_evals"] = recorder.n_evaluations
     return figures
 
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from explainers import shapley_values
+from explainers.estimators.api import VARIANTS
 from explainers.estimators.mobius import mobius_transform
+from explainers.estimators.registry import api_values
 from explainers.games import BudgetError, GameRecorder
-from explainers.shapley.api_allocation import VARIANTS, api_values
 from tests.explainers.test_interactions import random_table, table_game
 
 

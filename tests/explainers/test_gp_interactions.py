@@ -11,8 +11,9 @@ import pytest
 from explainers.estimators import gp
 from explainers.estimators.gp_interactions import fits as gp_fits
 from explainers.estimators.gp_interactions import gp_interactions, term_covariances
+from explainers.estimators.interactions import distribution_weights
+from explainers.estimators.registry import interaction_values
 from explainers.games import GameRecorder
-from explainers.shapley.interactions import distribution_weights, interaction_values
 
 INDICES = ["SII", "k-SII", "STII", "FSII", "FBII"]
 N = 10  # players of the accuracy games (exact by 2^10 coalitions)

@@ -10,9 +10,10 @@ import shapiq
 
 from explainers import shapley_values
 from explainers.estimators.base import Estimate
+from explainers.estimators.interactions import INDICES
 from explainers.estimators.mobius import mobius_transform
+from explainers.estimators.registry import interaction_values
 from explainers.games import BudgetError
-from explainers.shapley.interactions import INDICES, interaction_values
 from explainers.shapley.runs import pick
 
 EFFICIENT = ["k-SII", "STII", "FSII"]

@@ -15,6 +15,8 @@ convex (supermodular) games. moebius equals Shapley exactly when no Möbius divi
 negative (totally monotone games), a stricter condition once n >= 3: the convex game
 v(S) = max(0, |S| - 1), n = 3, has dividends 1 on pairs and -1 on the triple, so Shapley and
 chain give 2/3 each and moebius 1. With two players the rules coincide.
+Sampled: the permutation estimator of the chain rule (api_chain.py). Which runs is the estimator
+table's choice (registry.py, `api_values`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,11 @@ from math import factorial
 
 import numpy as np
 
-from explainers.estimators import exact
 from explainers.estimators.api_chain import permutation_chain
 from explainers.estimators.base import Estimate
 from explainers.estimators.exact import value_table
 from explainers.estimators.mobius import mobius_transform, popcounts, shapley_from_mobius
-from explainers.explanation import OptionError
-from explainers.games import BudgetError, GameRecorder
+from explainers.games import GameRecorder
 
 VARIANTS = ("chain", "moebius")
 
@@ -60,38 +60,33 @@ def moebius_from_table(table: np.ndarray) -> np.ndarray:
     return shapley_from_mobius(np.maximum(dividends, 0))
 
 
-def api_values(
-    recorder: GameRecorder,
-    rng: np.random.Generator,
-    variant: str = "chain",
-    estimator: str = "auto",
-) -> Estimate:
-    """API allocation of the recorded game: exact when 2^n fits, else Monte-Carlo (chain)."""
-    if variant not in VARIANTS:
-        raise OptionError(f"unknown API variant {variant!r}; use one of {VARIANTS}")
-    n = recorder.n_players
-    remaining = recorder.remaining
-    fits = exact.fits(n, remaining)
-    if estimator == "auto":
-        estimator = "exact" if fits else "permutation"
-    if estimator == "exact":
-        if not fits:
-            raise BudgetError(f"exact API needs all {1 << n} coalitions")
-        table = value_table(recorder)
-        rule = chain_from_table if variant == "chain" else moebius_from_table
-        return Estimate(
-            rule(table),
-            table[0],
-            table[-1],
-            True,
-            recorder.n_evaluations,
-            recorder.n_coalitions,
-            "exact",
-            index="API",
-        )
-    if estimator != "permutation" or variant != "chain":
-        raise BudgetError(
-            "sampled API is the permutation estimator of the chain variant; the moebius variant "
-            "needs all 2^n coalitions"
-        )
-    return permutation_chain(recorder, rng)
+def exact_api(recorder: GameRecorder, rng: np.random.Generator, variant: str) -> Estimate:
+    """Exact API of either rule from v over all 2^n coalitions."""
+    del rng
+    table = value_table(recorder)
+    rule = chain_from_table if variant == "chain" else moebius_from_table
+    return Estimate(
+        rule(table),
+        table[0],
+        table[-1],
+        True,
+        recorder.n_evaluations,
+        recorder.n_coalitions,
+        "exact",
+        index="API",
+    )
+
+
+def min_coalitions(n: int) -> int:
+    """Sampled (chain) API: v(empty) and one permutation's n(n+1)/2 coalitions."""
+    return n * (n + 1) // 2 + 1
+
+
+__all__ = [
+    "VARIANTS",
+    "chain_from_table",
+    "exact_api",
+    "min_coalitions",
+    "moebius_from_table",
+    "permutation_chain",
+]
