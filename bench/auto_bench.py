@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from explainers.estimators import auto, gp, kernel  # noqa: E402
-from explainers.estimators.registry import shapley_values_chosen  # noqa: E402
+from explainers.estimators.library import shapley_values_chosen  # noqa: E402
 from explainers.games import GameRecorder, all_masks  # noqa: E402
 
 Z90 = (5.0, 95.0)

@@ -34,7 +34,7 @@ threadpool_limits(limits=1)
 
 from explainers.estimators import gp_interactions as gpi  # noqa: E402
 from explainers.estimators.interactions import distribution_weights  # noqa: E402
-from explainers.estimators.registry import interaction_values  # noqa: E402
+from explainers.estimators.library import interaction_values  # noqa: E402
 from explainers.games import GameRecorder  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)

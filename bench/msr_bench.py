@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from explainers.estimators.registry import shapley_values
+from explainers.estimators.library import shapley_values
 from tests.explainers.heldout_games import FAMILIES, game
 
 ESTIMATORS = ("kernel", "surrogate_kernel", "gp", "msr")

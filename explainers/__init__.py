@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from explainers.estimators.base import Estimate
-    from explainers.estimators.registry import interaction_values, shapley_values
+    from explainers.estimators.library import interaction_values, shapley_values
     from explainers.games import BudgetError, ExplainerError, GameRecorder
 
     InteractionResult = Estimate
@@ -27,8 +27,8 @@ _WHERE = {
     "GameRecorder": "explainers.games",
     "InteractionResult": "explainers.estimators.base:Estimate",
     "ShapleyResult": "explainers.estimators.base:Estimate",
-    "interaction_values": "explainers.estimators.registry",
-    "shapley_values": "explainers.estimators.registry",
+    "interaction_values": "explainers.estimators.library",
+    "shapley_values": "explainers.estimators.library",
 }
 
 

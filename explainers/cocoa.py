@@ -23,13 +23,13 @@ from pydantic import BaseModel, Field
 
 from explainers.context import KeyValueStore, RunContext
 from explainers.estimators.budget import default_budget
+from explainers.estimators.library import shapley_values_chosen
 from explainers.estimators.registry import (
     Ask,
     EstimatorChoice,
     SamplerName,
     canonical_estimator,
     choose,
-    shapley_values,
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError, Span
 from explainers.games.absence import Absence, is_image, references
@@ -383,8 +383,10 @@ def _shapley_one(
         n, names = len(patch_names), tuple(patch_names)
     b = default_budget(n, 1, options.estimator) if budget is None else budget
     choice = choose(Ask(), options.estimator, n, b, 1)  # before any model call
-    est = shapley_values(game, n, seed=seed, sampler=options.sampler, choice=choice)
+    est, how = shapley_values_chosen(game, n, seed=seed, sampler=options.sampler, choice=choice)
     est = replace(est, values=np.asarray(est.values).reshape(n, -1))  # [n, 1] for pick
+    if how is not None:  # auto: what it measured and why it chose (details.auto)
+        details = {**(details or {}), "auto": how}
     explanation = pick(est, model, 0)
     name = f"{options.objective} similarity"
     return replace(explanation, players=players, details=details, output_name=name), names

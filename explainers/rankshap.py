@@ -24,13 +24,13 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from explainers.estimators.budget import default_budget
+from explainers.estimators.library import shapley_values_chosen
 from explainers.estimators.registry import (
     Ask,
     EstimatorChoice,
     SamplerName,
     canonical_estimator,
     choose,
-    shapley_values,
 )
 from explainers.explanation import ExplainResult, Explanation, OptionError
 from explainers.games import ExplainerError
@@ -330,7 +330,9 @@ def explain(
     budget = default_budget(n, cost, options.estimator) if budget is None else budget
     choice = choose(Ask(), options.estimator, n, budget, cost)  # before any model call
     try:
-        est = shapley_values(game, n, seed=seed, sampler=options.sampler, choice=choice)
+        est, how = shapley_values_chosen(
+            game, n, seed=seed, sampler=options.sampler, choice=choice
+        )
     except ValueError as exc:  # e.g. a ranker refusing an input
         raise ExplainerError(str(exc)) from exc
     values = np.asarray(est.values, dtype=np.float64).reshape(n)
@@ -346,6 +348,8 @@ def explain(
         "v_range": v_range,
         "value_scale": caveats.value_scale("NDCG", caveats.FLAT_RATIO),  # NDCG lies in [0, 1]
     }
+    if how is not None:  # auto: what it measured and why it chose
+        details["auto"] = how
     if abs(v_range) < options.fidelity_min_range:
         details.update(fidelity=None, weighted_fidelity=None)
         details["fidelity_note"] = (

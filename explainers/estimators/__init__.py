@@ -17,6 +17,7 @@ No torch at import.
 from __future__ import annotations
 
 from explainers.estimators.base import Estimate
-from explainers.estimators.registry import ESTIMATORS, choose_estimator, shapley_values
+from explainers.estimators.library import shapley_values
+from explainers.estimators.registry import ESTIMATORS, choose_estimator
 
 __all__ = ["ESTIMATORS", "Estimate", "choose_estimator", "shapley_values"]

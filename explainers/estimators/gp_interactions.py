@@ -6,7 +6,7 @@ s^2 q_i alone and s^2 (gamma / theta) prod_{j in T} u_j for |T| >= 2, u = theta 
 Rasmussen & Williams (2006), "Gaussian processes for machine learning". Every index is
 linear in the dividends, I_R = sum over T containing R of W[|T|, |R|] a_T (SII: Grabisch &
 Roubens 1999; k-SII: Bordt & von Luxburg 2023; STII, FSII, FBII:
-explainers/estimators/interactions.py), so [ours] cov(I_R, v(U)) = 1[R in U] ((gamma / theta) prod_R u
+estimators/interactions.py), so [ours] cov(I_R, v(U)) = 1[R in U] ((gamma / theta) prod_R u
 sum_j W[t + j, t] e_j(u on U - R) + W[1, 1] (1 - gamma) q_r when R = {r}), with e_j the elementary
 symmetric polynomials: e_j(U) by a product over players, e_j(U - R) by dividing the generating
 polynomial prod_U (1 + x u) by (1 + x u_r), from below where u_r <= 1 and from above

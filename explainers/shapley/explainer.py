@@ -13,13 +13,13 @@ from pydantic import Field
 
 from explainers.estimators import interactions
 from explainers.estimators.budget import default_budget
+from explainers.estimators.library import shapley_values
 from explainers.estimators.registry import (
     ESTIMATORS,
     EstimatorName,
     SamplerName,
     canonical_estimator,
     choose_estimator,
-    shapley_values,
 )
 from explainers.estimators.tree import InterventionalUnavailable
 from explainers.explanation import Caveat, ExplainResult, Explanation, OptionError, Span

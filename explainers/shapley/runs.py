@@ -19,13 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from explainers.estimators.base import Estimate
-from explainers.estimators.registry import (
-    Ask,
-    Choice,
-    choose,
-    interaction_values,
-    shapley_values_chosen,
-)
+from explainers.estimators.library import interaction_values, shapley_values_chosen
+from explainers.estimators.registry import Ask, Choice, choose
 from explainers.explanation import Explanation
 from explainers.games import Game, GameRecorder, rows_per_coalition
 from models.modality import Modality

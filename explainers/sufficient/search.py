@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from explainers.estimators.registry import shapley_values
+from explainers.estimators.library import shapley_values
 from explainers.explanation import OptionError
 from explainers.games import BudgetError, GameRecorder
 from models.base import Model

@@ -124,6 +124,7 @@ def test_games_and_estimators_do_not_import_torch() -> None:
         "explainers.estimators.budget",
         "explainers.estimators",
         "explainers.estimators.registry",
+        "explainers.estimators.library",
         "explainers.estimators.loo",
         "explainers.games.absence",
         "explainers.games.spans",

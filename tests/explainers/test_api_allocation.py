@@ -9,8 +9,8 @@ import pytest
 
 from explainers import shapley_values
 from explainers.estimators.api import VARIANTS
+from explainers.estimators.library import api_values
 from explainers.estimators.mobius import mobius_transform
-from explainers.estimators.registry import api_values
 from explainers.games import BudgetError, GameRecorder
 from tests.explainers.test_interactions import random_table, table_game
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from explainers.estimators import auto
-from explainers.estimators.registry import shapley_values, shapley_values_chosen
+from explainers.estimators.library import shapley_values, shapley_values_chosen
 
 
 def cnn_game(side: int = 224, patch: int = 32, seed: int = 0):  # type: ignore[no-untyped-def]

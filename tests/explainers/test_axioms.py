@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from explainers.estimators.base import Estimate
-from explainers.estimators.registry import ESTIMATOR_NAMES, ESTIMATORS, shapley_values
+from explainers.estimators.library import shapley_values
+from explainers.estimators.registry import ESTIMATOR_NAMES, ESTIMATORS
 from explainers.games.masked import MaskedModelGame
 from tests.explainers.shapley_oracles import (
     TableGame,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from explainers import cocoa, rankshap
-from explainers.estimators import registry
+from explainers.estimators import library, registry
 from explainers.estimators.base import Estimate
 from explainers.estimators.registry import TABLE, Ask, Row, choose
 from explainers.explanation import OptionError
@@ -121,7 +121,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         calls.append(f"{ask.index}:{estimator}")
         return real(ask, estimator, *args, **kwargs)
 
-    for module in (registry, runs, rankshap, cocoa):
+    for module in (registry, library, runs, rankshap, cocoa):
         monkeypatch.setattr(module, "choose", counting)
     yield calls
 

@@ -12,7 +12,7 @@ from explainers.estimators import gp
 from explainers.estimators.gp_interactions import fits as gp_fits
 from explainers.estimators.gp_interactions import gp_interactions, term_covariances
 from explainers.estimators.interactions import distribution_weights
-from explainers.estimators.registry import interaction_values
+from explainers.estimators.library import interaction_values
 from explainers.games import GameRecorder
 
 INDICES = ["SII", "k-SII", "STII", "FSII", "FBII"]

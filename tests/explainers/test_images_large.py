@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from explainers.estimators.registry import shapley_values
+from explainers.estimators.library import shapley_values
 from explainers.explanation import OptionError
 from explainers.games import Cancelled, masked, stop_when, superpixels
 from explainers.games import hierarchy as hier

@@ -11,8 +11,8 @@ import shapiq
 from explainers import shapley_values
 from explainers.estimators.base import Estimate
 from explainers.estimators.interactions import INDICES
+from explainers.estimators.library import interaction_values
 from explainers.estimators.mobius import mobius_transform
-from explainers.estimators.registry import interaction_values
 from explainers.games import BudgetError
 from explainers.shapley.runs import pick
 

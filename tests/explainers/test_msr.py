@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from explainers.estimators import msr
-from explainers.estimators.registry import shapley_values
+from explainers.estimators.library import shapley_values
 from explainers.games import BudgetError, GameRecorder
 
 N = 10
