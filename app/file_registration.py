@@ -8,14 +8,23 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from app.errors import InvalidInput
+from app.hf_registration import hf_declaration
+from app.remote_registration import prepare_remote
 from models.adapters.archive import is_gzip, is_tar, zip_names
 from models.adapters.facts import Facts
 from models.adapters.user import FORMATS, Declaration
+from models.base import ModelError
 from models.modality import Modality
+from models.sandbox import sandboxed_facts as file_facts  # booster files: read in workers
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_FEATURES = 3 * 512 * 512  # values per row: RGB images up to 512x512
@@ -234,3 +243,85 @@ def _remote_text(
     decl = Declaration(name, "text", task, (), outputs, (), format="remote",
                        remote_url=remote_url, remote_output=remote_output)  # fmt: skip
     return _with_auth(decl, remote_auth)
+
+
+@dataclass(frozen=True)
+class RegistrationForm:
+    """The registration form's text fields as sent (None: not sent; POST /v2/repository/models
+    describes each)."""
+
+    name: str
+    modality: str | None = None
+    input_shape: str | None = None
+    output_names: str | None = None
+    feature_names: str | None = None
+    task: str | None = None
+    format: str | None = None
+    remote_url: str | None = None
+    uri: str | None = None
+    remote_output: str | None = None
+    remote_headers: str | None = None
+    input_range: str | None = None
+    onnx_output: str | None = None
+
+
+async def declare(
+    form: RegistrationForm, files: dict[str, bytes], settings: Settings
+) -> Declaration:
+    """The declaration of a registration: its form and files (`model`, `background`: read and
+    size-checked); a Hugging Face checkpoint by app/hf_registration.py, a remote model's URL and
+    credentials by app/remote_registration.py, a file's facts read in a model worker. 400s name
+    what is wrong."""
+    if form.remote_headers is not None and form.remote_url is None:
+        raise InvalidInput("remote_headers applies to remote models only")
+    remote_url, remote_auth = form.remote_url, None
+    if remote_url is not None:  # no credentials in the URL; its host allowed
+        remote_url, remote_auth = await anyio.to_thread.run_sync(
+            prepare_remote, remote_url, form.remote_headers, settings
+        )
+    fmt = "remote" if remote_url is not None else "huggingface" if form.uri is not None else (
+        form.format or sniff_format(files["model"])
+    )
+    if fmt == "huggingface" or form.uri is not None:  # a checkpoint folder: models/adapters/hf.py
+        if not NAME.match(form.name):
+            raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-'")
+        if form.format not in (None, "huggingface") or "background" in files:
+            raise InvalidInput("uri and Hugging Face checkpoints take no background or other "
+                               "format: send format huggingface (or none)")  # fmt: skip
+        return await anyio.to_thread.run_sync(
+            lambda: hf_declaration(
+                form.name,
+                files.get("model"),
+                form.uri,
+                settings.model_repository,
+                modality=form.modality,
+                task=form.task,
+                output_names=form.output_names,
+                input_shape=form.input_shape,
+                feature_names=form.feature_names,
+            )
+        )
+    if fmt == "remote" and form.modality == Modality.TEXT and "background" in files:
+        raise InvalidInput("a remote text model takes no background rows (absent words are "
+                           "deleted or masked)")  # fmt: skip
+    facts = Facts()
+    if "model" in files:
+        try:
+            facts = await anyio.to_thread.run_sync(file_facts, fmt, files["model"])
+        except ModelError as exc:
+            raise InvalidInput(str(exc), code="invalid_model") from None
+    return declaration(
+        form.name,
+        fmt,
+        facts,
+        modality=form.modality,
+        input_shape=form.input_shape,
+        output_names=form.output_names,
+        feature_names=form.feature_names,
+        task=form.task,
+        input_range=form.input_range,
+        onnx_output=form.onnx_output,
+        remote_url=remote_url,
+        remote_output=form.remote_output,
+        remote_auth=remote_auth,
+    )

@@ -4,6 +4,7 @@ of a registration is app/file_registration.py's (app/hf_registration.py's for ch
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
@@ -11,17 +12,12 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, PayloadTooLarge
-from app.file_registration import NAME, declaration, sniff_format
-from app.hf_registration import hf_declaration
+from app.file_registration import RegistrationForm, declare
 from app.oip_schemas import ModelMetadata
-from app.remote_registration import prepare_remote
 from app.routes import metadata
-from models.adapters.facts import Facts
 from models.adapters.remote import reveal_remote_detail
 from models.adapters.user import Declaration
 from models.base import Model, ModelError
-from models.modality import Modality
-from models.sandbox import sandboxed_facts as file_facts  # booster files: read in workers
 from models.sandbox import sandboxed_register as register_model  # worker processes
 from models.store import ModelStore
 
@@ -95,73 +91,18 @@ async def register(
     ),
 ) -> JSONResponse:
     """Register (or re-register: a new version) a model; admin scope."""
-    state = request.app.state
-    limit = state.settings.max_model_bytes
     if sum(x is not None for x in (file, remote_url, uri)) != 1:
         raise InvalidInput("send exactly one of file (a model file), remote_url or uri")
-    files: dict[str, bytes] = {}
-    if file is not None:
-        files["model"] = await _read(file, limit, "model")
-    if background is not None:
-        files["background"] = await _read(background, limit, "background")
-    if remote_headers is not None and remote_url is None:
-        raise InvalidInput("remote_headers applies to remote models only")
-    remote_auth = None
-    if remote_url is not None:  # no credentials in the URL; its host allowed
-        remote_url, remote_auth = await anyio.to_thread.run_sync(
-            prepare_remote, remote_url, remote_headers, state.settings
-        )
-    fmt = "remote" if remote_url is not None else "huggingface" if uri is not None else (
-        format or sniff_format(files["model"])
-    )
-    if fmt == "huggingface" or uri is not None:  # a checkpoint folder: models/adapters/hf.py
-        if not NAME.match(name):
-            raise InvalidInput("name: 1-64 characters of a-z, 0-9, '.', '_' or '-'")
-        if format not in (None, "huggingface") or background is not None:
-            raise InvalidInput("uri and Hugging Face checkpoints take no background or other "
-                               "format: send format huggingface (or none)")  # fmt: skip
-        decl = await anyio.to_thread.run_sync(
-            lambda: hf_declaration(
-                name,
-                files.get("model"),
-                uri,
-                state.settings.model_repository,
-                modality=modality,
-                task=task,
-                output_names=output_names,
-                input_shape=input_shape,
-                feature_names=feature_names,
-            )
-        )
+    limit = request.app.state.settings.max_model_bytes
+    uploads = (("model", file), ("background", background))
+    files = {key: await _read(up, limit, key) for key, up in uploads if up is not None}
+    form = RegistrationForm(name, modality, input_shape, output_names, feature_names, task,
+                            format, remote_url, uri, remote_output, remote_headers, input_range,
+                            onnx_output)  # fmt: skip
+    decl = await declare(form, files, request.app.state.settings)
+    # an admin's request: a remote model's own error messages are shown
+    with reveal_remote_detail() if decl.format == "remote" else nullcontext():
         return await _store(request, decl, files)
-    if fmt == "remote" and modality == Modality.TEXT and background is not None:
-        raise InvalidInput("a remote text model takes no background rows (absent words are "
-                           "deleted or masked)")  # fmt: skip
-    facts = Facts()
-    if "model" in files:
-        try:
-            facts = await anyio.to_thread.run_sync(file_facts, fmt, files["model"])
-        except ModelError as exc:
-            raise InvalidInput(str(exc), code="invalid_model") from None
-    decl = declaration(
-        name,
-        fmt,
-        facts,
-        modality=modality,
-        input_shape=input_shape,
-        output_names=output_names,
-        feature_names=feature_names,
-        task=task,
-        input_range=input_range,
-        onnx_output=onnx_output,
-        remote_url=remote_url,
-        remote_output=remote_output,
-        remote_auth=remote_auth,
-    )
-    if fmt == "remote":  # an admin's request: the remote's own error messages are shown
-        with reveal_remote_detail():
-            return await _store(request, decl, files)
-    return await _store(request, decl, files)
 
 
 async def _store(request: Request, decl: Declaration, files: dict[str, bytes]) -> JSONResponse:
