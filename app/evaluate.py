@@ -1,4 +1,5 @@
-"""POST /v2/models/{model}/evaluate, and the `parameters.evaluate` hook of every explain route.
+"""The evaluate service: POST /v2/models/{model}/evaluate's (its route: app/routes.py) and the
+`parameters.evaluate` hook of every explain route.
 
 Faithfulness (deletion/insertion AUC, MuFidelity) and stability (max-sensitivity) of
 attributions; the science is explainers/trust/evaluation.py.
@@ -11,12 +12,10 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-import anyio
 import numpy as np
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, PayloadTooLarge, from_library
+from app.errors import ApiError, InvalidInput, PayloadTooLarge, from_library
 from app.inputs import resolve_target, to_array
 from app.schemas import request_model, spec_fields
 from explainers.context import RunContext
@@ -30,9 +29,6 @@ from models.base import Model, ModelError, TextModel
 
 if TYPE_CHECKING:
     from app.service import ExplainService, Prepared
-
-router = APIRouter()
-
 
 def as_options(value: list[Metric] | EvaluateOptions | None) -> EvaluateOptions | None:
     """`parameters.evaluate` is a list of metric names or the full options object."""
@@ -156,7 +152,7 @@ def _supplied(
     ], body.patch_size
 
 
-def _run(svc: ExplainService, name: str, body: EvaluateRequest) -> dict[str, Any]:
+def run_evaluation(svc: ExplainService, name: str, body: EvaluateRequest) -> dict[str, Any]:
     start = time.perf_counter()
     model = svc.model(name)
     if (body.attributions is None) == (body.explainer is None):
@@ -234,23 +230,3 @@ def _run(svc: ExplainService, name: str, body: EvaluateRequest) -> dict[str, Any
         "meta": info,
         "evaluations": figures,
     }
-
-
-@router.post(
-    "/v2/models/{model}/evaluate",
-    tags=["explain"],
-    response_model=EvaluateResponse,
-    responses=ERROR_RESPONSES,
-)
-async def evaluate_attributions(
-    request: Request, model: str, body: EvaluateRequest
-) -> dict[str, Any]:
-    """Deletion and insertion AUC, MuFidelity and max-sensitivity of attributions.
-
-    References: Petsiuk et al. 2018; Bhatt et al. 2020; Yeh et al. 2019.
-    """
-    svc: ExplainService = request.app.state.service
-    result: dict[str, Any] = await anyio.to_thread.run_sync(
-        _run, svc, model, body, limiter=request.app.state.limiter
-    )
-    return result

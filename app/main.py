@@ -17,7 +17,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import auth, docs, errors, evaluate, ratelimit, repository, ui
+from app import auth, docs, errors, ratelimit, repository, ui
 from app.cache import Cache, MemoryCache, RedisCache
 from app.dataplane import KeyMemo
 from app.jobs import routes as job_routes
@@ -30,7 +30,7 @@ from app.oip import router as oip_router
 from app.pool import ComputePool
 from app.readiness import mark_ready, missing_models
 from app.remote_registration import remote_config
-from app.routes import add_explain_routes, router
+from app.routes import add_explain_routes, evaluate_router, router
 from app.service import ExplainService
 from app.settings import Settings
 from models.adapters.remote import configure as configure_remote
@@ -236,7 +236,7 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
     app.include_router(oip_router)  # OIP readiness, /versions/{version} forms, infer
     app.include_router(job_routes.router)
     app.include_router(repository.router)
-    app.include_router(evaluate.router)  # POST /v2/models/{model}/evaluate
+    app.include_router(evaluate_router)  # POST /v2/models/{model}/evaluate
     ui.install(app)  # the web page at /, its static files, plot routes
     docs.install(app)  # /docs and /redoc without a CDN
     metrics.watch_jobs(queue, jobs, settings.redis_url)

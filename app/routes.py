@@ -17,6 +17,7 @@ from app.errors import (
     ERROR_RESPONSES,
     NotFound,
 )
+from app.evaluate import EvaluateRequest, EvaluateResponse, run_evaluation
 from app.jobs.unavailable import store_health
 from app.oip_schemas import ModelMetadata, ModelSummary, TensorMeta
 from app.readiness import (
@@ -40,6 +41,7 @@ from models.modality import Modality
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+evaluate_router = APIRouter()  # included after the repository's routes (app/main.py)
 
 
 @router.get("/v2/health/live", tags=["health"])
@@ -216,3 +218,23 @@ async def metrics(request: Request) -> Response:
 
 
 __all__ = ["ExplainRequestBase", "add_explain_routes", "router"]
+
+
+@evaluate_router.post(
+    "/v2/models/{model}/evaluate",
+    tags=["explain"],
+    response_model=EvaluateResponse,
+    responses=ERROR_RESPONSES,
+)
+async def evaluate_attributions(
+    request: Request, model: str, body: EvaluateRequest
+) -> dict[str, Any]:
+    """Deletion and insertion AUC, MuFidelity and max-sensitivity of attributions.
+
+    References: Petsiuk et al. 2018; Bhatt et al. 2020; Yeh et al. 2019.
+    """
+    svc: ExplainService = request.app.state.service
+    result: dict[str, Any] = await anyio.to_thread.run_sync(
+        run_evaluation, svc, model, body, limiter=request.app.state.limiter
+    )
+    return result
