@@ -794,7 +794,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"interactions_bench{'_quick' if args.quick else ''}.json"
     path.write_text(json.dumps(res, indent=1, default=_json_default))
-    print(f"\nwrote {path.relative_to(ROOT)} ({res['seconds_total']:.0f} s)")
+    shown = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
+    print(f"\nwrote {shown} ({res['seconds_total']:.0f} s)")
 
 
 if __name__ == "__main__":
