@@ -21,7 +21,9 @@ about own_gp more seconds).
 Own times move with the machine and its load, the model's measured cost moves with them, and a
 fixed table would shift the choice: `speed()` times a fixed piece of gp-like linear algebra
 (PROBE, one BLAS thread, a few milliseconds, at most every PROBE_EVERY_S seconds per process)
-and scales OWN_S by its ratio to PROBE_REF_S, the same probe timed when OWN_S was measured.
+and scales OWN_S by its ratio to PROBE_REF_S, the same probe timed when OWN_S was measured, and
+by the load per core beyond 1 (a probe of milliseconds runs between preemptions; a request's
+model calls, which the cost measures, and its fit do not).
 """
 
 from __future__ import annotations
@@ -96,13 +98,25 @@ def probe() -> float:
     return float(best)
 
 
+def contention() -> float:
+    """Runnable threads per core over the last minute, at least 1: a short probe runs between
+    preemptions, but a request's model calls and fits share the cores with the rest."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available here
+        return 1.0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1.0, load / max(cores or 1, 1))
+
+
 def speed(now: float | None = None) -> float:
     """The machine's slowness now relative to OWN_S's run (2.0: fits take twice as long): the
-    probe over PROBE_REF_S, re-timed at most every PROBE_EVERY_S seconds, clamped."""
+    probe over PROBE_REF_S times `contention()` (OWN_S's run: load 2 on 2 cores, 1), re-timed
+    at most every PROBE_EVERY_S seconds, clamped."""
     global _speed
     now = time.monotonic() if now is None else now
     if _speed is None or now - _speed[0] >= PROBE_EVERY_S:
-        factor = float(np.clip(probe() / PROBE_REF_S, *SPEED_BOUNDS))
+        factor = float(np.clip(probe() / PROBE_REF_S * contention(), *SPEED_BOUNDS))
         _speed = (now, factor)
     return _speed[1]
 
