@@ -63,12 +63,15 @@ OWN_S: dict[str, tuple[tuple[float, ...], ...]] = {
         (0.0975, 0.0975, 0.2668, 0.7685),
     ),
 }
-# gp's RMSE over KernelSHAP's at equal coalitions, by coalitions per player: geometric mean of
-# the ratios of docs/benchmarks.md ("Cubic-surrogate-adjusted KernelSHAP and Gaussian-process
-# estimators": tanh-MLP 16 players, breast-cancer-mlp, digits-cnn 2x2 and 1x1, sentiment-minilm
-# words). Below 3n auto takes gp by rule (registry.GP_BELOW).
+# gp's RMSE over KernelSHAP's at equal coalitions, by coalitions per player: geometric mean over
+# the tuned-on games of docs/benchmarks.md ("Cubic-surrogate-adjusted KernelSHAP and
+# Gaussian-process estimators", re-measured under the held-out protocol, 8 seeds: tanh-MLP 16
+# players, breast-cancer-mlp, digits-cnn 2x2 and 1x1, sentiment-minilm words) of (gp / best
+# peer) / (kernel / best peer). At 2n that mean is 0.17 because KernelSHAP's regression is
+# ill-posed there (its error is no longer on its 1/sqrt(m) rate): 0.50 is kept there as a cap.
+# Below 3n auto takes gp by rule (registry.GP_BELOW).
 RATIO_PER_PLAYER = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-RMSE_RATIO = (0.50, 0.69, 0.66, 0.64, 0.54, 0.45)
+RMSE_RATIO = (0.50, 0.67, 0.645, 0.62, 0.54, 0.43)
 
 
 # The probe: Cholesky factorisation and solve of a PROBE_ROWS-row kernel matrix of random
