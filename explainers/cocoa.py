@@ -386,7 +386,7 @@ def _shapley_one(
     est, how = shapley_values_chosen(game, n, seed=seed, sampler=options.sampler, choice=choice)
     est = replace(est, values=np.asarray(est.values).reshape(n, -1))  # [n, 1] for pick
     if how is not None:  # auto: what it measured and why it chose (details.auto)
-        details = {**(details or {}), "auto": how}
+        details = {**details, "auto": how}
     explanation = pick(est, model, 0)
     name = f"{options.objective} similarity"
     return replace(explanation, players=players, details=details, output_name=name), names

@@ -17,6 +17,7 @@ numbers (a baseline image, say) is echoed as its digest and shape (`compact`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -124,8 +125,10 @@ IMAGES = applies(Modality.IMAGE)
 TEXTS = applies(Modality.TEXT)
 
 
+@functools.cache
 def declarations(options: type[BaseModel]) -> dict[str, AppliesTo]:
-    """Each option field's AppliesTo (fields without one are missing: a test finds them)."""
+    """Each option field's AppliesTo (fields without one are missing: a test finds them); read
+    once per options class (every request's check and echo ask)."""
     found: dict[str, AppliesTo] = {}
     for name, info in options.model_fields.items():
         marks = [m for m in info.metadata if isinstance(m, AppliesTo)]
