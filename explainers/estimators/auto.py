@@ -43,24 +43,25 @@ ENV = "AUTO_COST"  # "0": auto keeps the static rule (reproducible choice); else
 # Own seconds of each fit (the whole estimator on a near-free game: KernelSHAP's plan, rounds
 # and fit) by players (rows) and coalitions (columns), min of 3; interpolated in log-log,
 # clamped at the edges, made non-decreasing in coalitions (noise). Machine: AMD EPYC, 2 cores
-# shared with other agents (load 2), one BLAS thread, 2026-12-04, after gp's own-time work.
+# shared (load 1.2), one BLAS thread, 2026-12-07, after issue 30's screened prior choice
+# (gp_prior.SCREEN: gp 2.2-4.4x less at 256-1024 coalitions than the table before it).
 # Reproduce: .venv/bin/python bench/auto_bench.py own (it prints PROBE_REF_S of the same run)
 OWN_PLAYERS = (8, 16, 32, 64, 128)
 OWN_COALITIONS = (64, 256, 1024, 2560)
 OWN_S: dict[str, tuple[tuple[float, ...], ...]] = {
     "kernel": (
-        (0.0018, 0.0024, 0.0039, 0.0058),  # n = 8: beyond 64 only the n = 16 row (2^8 = 256)
-        (0.0020, 0.0024, 0.0039, 0.0058),
-        (0.0069, 0.0052, 0.0060, 0.0082),
-        (0.0148, 0.0148, 0.0211, 0.0192),  # 64 coalitions < 2n: the 256 column
-        (0.0590, 0.0590, 0.0648, 0.0740),
+        (0.0012, 0.0022, 0.0034, 0.0051),  # n = 8: beyond 64 only the n = 16 row (2^8 = 256)
+        (0.0017, 0.0022, 0.0034, 0.0051),
+        (0.0036, 0.0042, 0.0053, 0.0074),
+        (0.0123, 0.0123, 0.0183, 0.0226),  # 64 coalitions < 2n: the 256 column
+        (0.0501, 0.0501, 0.0513, 0.0658),
     ),
     "gp": (
-        (0.0156, 0.1280, 0.1754, 0.6916),
-        (0.0171, 0.1280, 0.1754, 0.6916),
-        (0.0079, 0.1261, 0.1749, 0.6269),
-        (0.1786, 0.1786, 0.2158, 0.6677),
-        (0.0975, 0.0975, 0.2668, 0.7685),
+        (0.0131, 0.0288, 0.0674, 0.4726),
+        (0.0144, 0.0288, 0.0674, 0.4726),
+        (0.0067, 0.0381, 0.0801, 0.4769),
+        (0.1093, 0.1093, 0.1701, 0.5443),
+        (0.0699, 0.0699, 0.1881, 0.6449),
     ),
 }
 # gp's RMSE over KernelSHAP's at equal coalitions, by coalitions per player: geometric mean over
@@ -77,7 +78,7 @@ RMSE_RATIO = (0.50, 0.67, 0.645, 0.62, 0.54, 0.43)
 # The probe: Cholesky factorisation and solve of a PROBE_ROWS-row kernel matrix of random
 # coalitions, one BLAS thread, min of 5. PROBE_REF_S: its seconds in the run that measured OWN_S.
 PROBE_ROWS = 256
-PROBE_REF_S = 0.00237  # OWN_S's run: 2.44 ms before, 2.29 ms after
+PROBE_REF_S = 0.00179  # OWN_S's run: 1.88 ms before, 1.70 ms after
 PROBE_EVERY_S = 30.0
 SPEED_BOUNDS = (0.2, 5.0)  # a probe beyond these (a stall) is clamped
 _speed: tuple[float, float] | None = None  # (monotonic time of the probe, factor)

@@ -24,11 +24,12 @@ KernelSHAP's regression is square (2n coalitions: n-1 pairs for n-1 free values)
 noise, this shrinks. Own time: a Cholesky factorisation of the m x m kernel matrix (m
 coalitions, its upper triangle), two of half its size and, from CHECK_FROM * n, the triangular
 inverse of the first (the diagonal blocks of P that every fold of the adjustment needs), and
-the prior's choice on at most 256 rows (336 factorisations there): 0.15-0.17 s at m = 512,
-0.2 s at 1024 and 0.4 s at 2048, CPU seconds of one thread on a shared core under load
-(bench/gp_speed_bench.py; issue 30: 1.2-1.45x less than before at unchanged values; the
-factorisations and the inverse are 60-85% of what is left, the grid 86% at 512, 32% at 2048);
-beyond MAX_ROWS coalitions or MAX_PLAYERS players it is KernelSHAP on the same plan.
+the prior's choice on at most 256 rows (336 grid points screened by successive halving,
+gp_prior.SCREEN): 0.04-0.05 s at m = 512, 0.07-0.08 s at 1024 and 0.27 s at 2048, CPU seconds
+of one thread on a shared core (bench/gp_speed_bench.py; issue 30: 2.1-3.0x less than the full
+grid at 512-1024, 1.3x at 2048, where the m x m factorisation, the inverse and the folds'
+products are what is left); beyond MAX_ROWS coalitions or MAX_PLAYERS players it is KernelSHAP
+on the same plan.
 """
 
 from __future__ import annotations

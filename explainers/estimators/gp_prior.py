@@ -15,8 +15,12 @@ in the sampled coalitions, every order of interaction at once. theta = tau / n, 
 nugget (the part of the game the prior misses) are chosen by marginal likelihood on
 max(PILOT_ROWS, 2n) rows (every combination of the grid on 3n to FULL_GRID_ROWS rows, else one
 parameter at a time: the full grid took the 16-player tanh games from 1.03x to 0.88x the best
-peer's RMSE at 4n, digits 2x2 from 0.84x, 0.65x, 0.63x to 0.79x, 0.52x, 0.47x at 4n, 32n, 64n,
-for up to 0.1-0.15 s).
+peer's RMSE at 4n, digits 2x2 from 0.84x, 0.65x, 0.63x to 0.79x, 0.52x, 0.47x at 4n, 32n, 64n).
+The full grid is searched by successive halving [Jamieson & Talwalkar (2016), "Non-stochastic
+best arm identification and hyperparameter optimization"; the schedule, SCREEN, is ours]: every
+point's likelihood on a nested seeded spread of 64 rows, the best 48 on 128, the best 12 on all
+(issue 30: a quarter of the full grid's time at 256 pilot rows, the full grid's choice on most
+pilots and the same error; bench/gp_screen_bench.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ GAMMAS = (0.25, 1.0, 4.0)  # variance of order >= 2 relative to the geometric la
 NUGGETS = (1e-6, 1e-4, 1e-3, 1e-2)  # unexplained variance, relative to the kernel's diagonal
 PILOT_ROWS = 256  # rows (at least 2n) of the marginal-likelihood choice of the prior
 FULL_GRID_ROWS = 256  # up to this many rows every combination of the grid, else one at a time
+# Successive halving of the full grid: (rows, kept) - every point is scored on that many rows
+# (at least 3n; a seeded spread, nested), the `kept` best go on to the next level, and the last
+# are scored on every row.
+SCREEN: tuple[tuple[int, int], ...] = ((64, 48), (128, 12))
 BLOCK = 256  # rows per block of an upper-triangle kernel matrix (Prior.cov)
 
 
@@ -190,81 +198,128 @@ def _q(r: np.ndarray, p: float) -> np.ndarray:
     return np.asarray(q / q.mean())
 
 
-def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
-    """The prior and nugget of the largest marginal likelihood (s^2 profiled out, shared by
-    the outputs) on at most max(PILOT_ROWS, 2n) rows (the full coalition and a seeded spread of
-    the rest): (tau, nugget) with every player alike and gamma 1, then p, then gamma. Also,
-    there, the ratio of the leave-one-out estimate of s^2 to the likelihood's (at least 1; per
-    output): where the prior is wrong, held-out errors are larger than it expects."""
-    (m, n), pilot = z.shape, max(PILOT_ROWS, 2 * z.shape[1])
-    if m > pilot:
-        pick = np.random.default_rng(m).choice(np.arange(1, m), pilot - 1, replace=False)
-        idx = np.concatenate([[0], np.sort(pick)])
-        z, y, m = z[idx], y[idx], pilot
-    from scipy.linalg.lapack import dpotrf, dtrtrs
+class _Grid:
+    """Marginal likelihoods of grid points (tau, p, gamma, nugget) on the rows z, y (s^2
+    profiled out, shared by the outputs): `score` keeps every point's value (`seen`) and the
+    best point with its Cholesky factor (`best`)."""
 
-    r = _relevance(z, y)
-    best: tuple[float, Prior, float, np.ndarray, np.ndarray] | None = None
-    parts: dict[tuple[float, float], tuple[np.ndarray, list[np.ndarray]]] = {}
-    buffers = np.empty((2, m, m))  # the kernel and a scratch
-    spare: list[np.ndarray] = []  # factors not kept: their memory, for the next
+    def __init__(self, z: np.ndarray, y: np.ndarray, r: np.ndarray) -> None:
+        self.z, self.y, self.r = z, y, r
+        m = len(z)
+        self.parts: dict[tuple[float, float], tuple[np.ndarray, list[np.ndarray]]] = {}
+        self.buffers = np.empty((2, m, m))  # the kernel and a scratch
+        self.spare: list[np.ndarray] = []  # factors not kept: their memory, for the next
+        self.seen: list[tuple[float, tuple[float, float, float, float]]] = []
+        self.qs: dict[float, np.ndarray] = {}  # relevances by power
+        self.best: tuple[float, Prior, float, np.ndarray, np.ndarray] | None = None
 
-    def trial(tau: float, p: float, gamma: float) -> None:
-        nonlocal best
-        prior = Prior(_q(r, p), tau / n, gamma)
-        if (tau, p) not in parts:  # the products and the additive part serve every gamma
-            parts.clear()
-            parts[tau, p] = (_products(z, prior.u), [])
-        products, additive = parts[tau, p]
+    def score(self, tau: float, p: float, gamma: float, nuggets: tuple[float, ...]) -> None:
+        from scipy.linalg.lapack import dpotrf, dtrtrs
+
+        (m, n), y = self.z.shape, self.y
+        if p not in self.qs:
+            self.qs[p] = _q(self.r, p)
+        prior = Prior(self.qs[p], tau / n, gamma)
+        if (tau, p) not in self.parts:  # the products and the additive part serve every gamma
+            self.parts.clear()
+            self.parts[tau, p] = (_products(self.z, prior.u), [])
+        products, additive = self.parts[tau, p]
 
         def gram() -> np.ndarray:
             if not additive:
-                additive.append((z * prior.q) @ z.T)
+                additive.append((self.z * prior.q) @ self.z.T)
             return additive[0]
 
-        k = prior._cov(products, gram, out=buffers[0], scratch=buffers[1])
-        k /= max(float(k.diagonal().mean()), 1e-300)
-        if not np.isfinite(k).all():
+        k = prior._cov(products, gram, out=self.buffers[0], scratch=self.buffers[1])
+        k *= 1.0 / max(float(np.trace(k)) / m, 1e-300)
+        if not np.isfinite(k.sum()):  # an infinity or a nan anywhere
             return
-        for nugget in NUGGETS:
+        for nugget in nuggets:
             # _factor's arithmetic, in place on one copy, the upper triangle left stale (only
             # the best is cleaned), and LAPACK's triangular solve without scipy's checks
-            a = spare.pop() if spare else np.empty_like(k)
+            a = self.spare.pop() if self.spare else np.empty_like(k)
             np.copyto(a, k)
             a.ravel()[m + 1 :: m + 1] += nugget  # _noise: none on row 0, the full coalition
             low, info = dpotrf(a.T, lower=1, clean=0, overwrite_a=1)
             if info != 0:
-                spare.append(a)
+                self.spare.append(a)
                 continue
             a0 = dtrtrs(low, y, lower=1)[0]
-            s2 = np.maximum((a0**2).mean(axis=0), 1e-300)
+            s2 = np.maximum(np.einsum("ij,ij->j", a0, a0) / m, 1e-300)
             nll = 0.5 * m * float(np.log(s2).sum()) + y.shape[1] * float(
                 np.log(low.diagonal()).sum()
             )
-            if best is None or nll < best[0]:
-                if best is not None:
-                    spare.append(best[3].T)
-                best = (nll, prior, nugget, low, s2)
+            self.seen.append((nll, (tau, p, gamma, nugget)))
+            if self.best is None or nll < self.best[0]:
+                if self.best is not None:
+                    self.spare.append(self.best[3].T)
+                self.best = (nll, prior, nugget, low, s2)
             else:
-                spare.append(a)
+                self.spare.append(a)
 
+
+def _score(grid: _Grid, points: list[tuple[float, float, float, float]]) -> None:
+    """Score the points, those sharing (tau, p) together (their kernel parts are reused)."""
+    by: dict[tuple[float, float, float], list[float]] = {}
+    for tau, p, gamma, nugget in points:
+        by.setdefault((tau, p, gamma), []).append(nugget)
+    for (tau, p, gamma), nuggets in sorted(by.items()):  # grid order: ties go to the first
+        grid.score(tau, p, gamma, tuple(sorted(nuggets)))
+
+
+def _spread(m: int, count: int, seed: int) -> np.ndarray:
+    """Row 0 (the full coalition) and a seeded spread of `count - 1` of the others, sorted."""
+    pick = np.random.default_rng(seed).choice(np.arange(1, m), count - 1, replace=False)
+    return np.concatenate([[0], np.sort(pick)])
+
+
+def _choose(z: np.ndarray, y: np.ndarray) -> tuple[Prior, float, np.ndarray]:
+    """The prior and nugget of the largest marginal likelihood (s^2 profiled out, shared by
+    the outputs) on at most max(PILOT_ROWS, 2n) rows (the full coalition and a seeded spread of
+    the rest): every point of the grid from 3n to FULL_GRID_ROWS rows, screened by SCREEN's
+    levels (each ranks the points still in on more rows, at least 3n, and keeps the best), else
+    (tau, nugget) with every player alike and gamma 1, then p, then gamma. Also, there, the
+    ratio of the leave-one-out estimate of s^2 to the likelihood's (at least 1; per output):
+    where the prior is wrong, held-out errors are larger than it expects."""
+    (m, n), pilot = z.shape, max(PILOT_ROWS, 2 * z.shape[1])
+    if m > pilot:
+        idx = _spread(m, pilot, m)
+        z, y, m = z[idx], y[idx], pilot
+    r = _relevance(z, y)
+    grid = _Grid(z, y, r)
     # Every combination where it is cheap and matters most; not on the near-square design
     # below 3n, where the likelihood is flat and the full grid over-fits it (breast-cancer-mlp
     # at 2n: 87% within 2 error_std against 91%).
     full = 3 * n <= m <= FULL_GRID_ROWS
-    for tau, p, gamma in product(TAUS, POWERS, GAMMAS) if full else ((t, 0.0, 1.0) for t in TAUS):
-        trial(tau, p, gamma)
-    if best is None:
+    if full:
+        points = [(*t, nugget) for t in product(TAUS, POWERS, GAMMAS) for nugget in NUGGETS]
+        order = np.concatenate([[0], np.random.default_rng(m + 1).permutation(np.arange(1, m))])
+        ranked = 0  # rows the points are ranked on (in order): none yet
+        for rows, keep in SCREEN:  # successive halving: rank on a few rows, keep the best
+            rows = max(rows, 3 * n)  # the likelihood is flat on fewer (above)
+            if rows >= m or keep >= len(points):
+                continue
+            if rows > ranked:
+                sub = np.sort(order[:rows])
+                level = _Grid(z[sub], y[sub], r)
+                _score(level, points)
+                points, ranked = [point for _, point in sorted(level.seen)], rows
+            points = points[:keep]
+        _score(grid, points)
+    else:  # one parameter at a time from the isotropic prior's tau
+        for tau in TAUS:
+            grid.score(tau, 0.0, 1.0, NUGGETS)
+        if grid.best is not None:
+            theta = grid.best[1].theta
+            for p in POWERS[1:]:
+                grid.score(theta * n, p, 1.0, NUGGETS)
+            p = next(p for p in POWERS if np.allclose(grid.best[1].q, _q(r, p)))
+            for gamma in GAMMAS:
+                if gamma != 1.0:
+                    grid.score(theta * n, p, gamma, NUGGETS)
+    if grid.best is None:
         return Prior(np.ones(n), 1.0 / n, 1.0), 1e-2, np.ones(y.shape[1])
-    if not full:  # one parameter at a time from the isotropic prior's tau
-        theta = best[1].theta
-        for p in POWERS[1:]:
-            trial(theta * n, p, 1.0)
-        p = next(p for p in POWERS if np.allclose(best[1].q, _q(r, p)))
-        for gamma in GAMMAS:
-            if gamma != 1.0:
-                trial(theta * n, p, gamma)
-    _, prior, nugget, low, s2 = best
+    _, prior, nugget, low, s2 = grid.best
     inv = _invert_lower(np.tril(low))  # L^-1: a third of a solve against the identity
     alpha = inv.T @ (inv @ y)
     s2_loo = (alpha**2 / np.maximum((inv**2).sum(axis=0), 1e-300)[:, None]).mean(axis=0)

@@ -66,7 +66,13 @@ def test_expensive_cnn_gets_gp_and_says_why() -> None:
     budget = 8 * n  # 392 coalitions: sampled (2^49), from 3n (not gp by the static rule)
     est, details = shapley_values_chosen(game, n, budget=budget, seed=3)
     assert details is not None and details["measured"]
-    assert details["cost_per_coalition_s"] >= 1e-3, details  # real work: >= 1 ms a pass
+    # real work (about 1 ms a pass on one core here; the bound leaves room for faster cores),
+    # and the choice is the rule's at what was measured
+    assert details["cost_per_coalition_s"] >= 1e-4, details
+    again = auto.decide(
+        details["cost_per_coalition_s"], budget, n, slowness=details["machine_slowness"]
+    )
+    assert again.chosen == "gp", again
     assert est.estimator == details["chosen"] == "gp", details
     assert details["predicted_gp_rmse_vs_kernel"] < 1.0
     assert "equal wall time" in details["reason"]
@@ -128,8 +134,11 @@ def test_own_time_model_monotone_in_coalitions() -> None:
 
 
 @pytest.mark.parametrize("name", ["breast-cancer-mlp", "digits-cnn"])
-def test_builtin_cheap_models_keep_kernel_with_details(name: str, model_dir) -> None:  # type: ignore[no-untyped-def]
-    """The service's default request on a built-in model: kernel, and details.auto says why."""
+def test_builtin_models_choose_by_the_rule_with_details(name: str, model_dir) -> None:  # type: ignore[no-untyped-def]
+    """The service's default request on a built-in model: the fit the rule gives at the cost
+    measured, and details.auto says why. (digits-cnn, 0.01 ms a coalition, keeps kernel;
+    breast-cancer-mlp, 0.04-0.09 ms with its background, sits at the switch since issue 30's
+    screened gp: kernel or gp by the machine's load.)"""
     from explainers.shapley import explainer as shapley
     from models.builtin.trained import dataset_split
     from models.registry import ModelRegistry
@@ -141,7 +150,8 @@ def test_builtin_cheap_models_keep_kernel_with_details(name: str, model_dir) -> 
     explanation = result.explanations[0]
     assert explanation.details is not None
     details = explanation.details["auto"]
-    assert explanation.estimator == details["chosen"] == "kernel", details
+    assert explanation.estimator == details["chosen"] in ("kernel", "gp"), details
+    assert details["reason"].startswith(details["chosen"] + ":")
     # measured, not asserted against a wall time (this machine's load moves it): the choice
     # is the rule's at what was measured
     assert details["measured"] and details["cost_per_coalition_s"] > 0
@@ -151,7 +161,9 @@ def test_builtin_cheap_models_keep_kernel_with_details(name: str, model_dir) -> 
         np.asarray(explanation.values).shape[0],
         slowness=details["machine_slowness"],
     )
-    assert again.chosen == "kernel"
+    assert again.chosen == details["chosen"]
+    if details["cost_per_coalition_s"] < 1e-5:  # far below the switch (about 0.03 ms)
+        assert details["chosen"] == "kernel"
     assert 0 < details["coalitions"] <= explanation.n_model_evals <= result.budget
 
 

@@ -226,6 +226,24 @@ def _plain_noise(m: int, nugget: float) -> np.ndarray:
     return np.diag(np.r_[0.0, np.full(m - 1, nugget)])  # none on the full coalition
 
 
+def _plain_nll(
+    z: np.ndarray, y: np.ndarray, r: np.ndarray, tau: float, p: float, gamma: float, nugget: float
+) -> float:
+    """The profiled negative log marginal likelihood of one grid point (inf where the kernel
+    matrix is not positive definite)."""
+    from explainers.estimators import gp_prior as gpp
+
+    m, n = z.shape
+    k = _plain_cov(gp.Prior(gpp._q(r, p), tau / n, gamma), z)
+    k = k / k.diagonal().mean()
+    try:
+        low = np.linalg.cholesky(k + _plain_noise(m, nugget))
+    except np.linalg.LinAlgError:
+        return float("inf")
+    quad = (y * np.linalg.solve(k + _plain_noise(m, nugget), y)).sum(axis=0) / m
+    return float(0.5 * m * np.log(quad).sum() + y.shape[1] * np.log(low.diagonal()).sum())
+
+
 def _plain_choose(z: np.ndarray, y: np.ndarray) -> tuple[gp.Prior, float, np.ndarray]:
     """gp_prior._choose written plainly: a new kernel matrix and numpy's Cholesky per grid
     point, the leave-one-out ratio from the explicit inverse."""
@@ -241,24 +259,27 @@ def _plain_choose(z: np.ndarray, y: np.ndarray) -> tuple[gp.Prior, float, np.nda
     r = gpp._relevance(z, y)
     found: list[tuple[float, gp.Prior, float]] = []
 
-    def trial(tau: float, p: float, gamma: float) -> None:
-        prior = gp.Prior(gpp._q(r, p), tau / n, gamma)
-        k = _plain_cov(prior, z)
-        k = k / k.diagonal().mean()
-        for nugget in gpp.NUGGETS:
-            try:
-                low = np.linalg.cholesky(k + _plain_noise(m, nugget))
-            except np.linalg.LinAlgError:
-                continue
-            quad = (y * np.linalg.solve(k + _plain_noise(m, nugget), y)).sum(axis=0) / m
-            nll = 0.5 * m * np.log(quad).sum() + y.shape[1] * np.log(low.diagonal()).sum()
-            if not found or nll < found[0][0]:
-                found[:] = [(nll, prior, nugget)]
+    def trial(tau: float, p: float, gamma: float, nuggets: tuple[float, ...] = gpp.NUGGETS) -> None:
+        for nugget in nuggets:
+            nll = _plain_nll(z, y, r, tau, p, gamma, nugget)
+            if np.isfinite(nll) and (not found or nll < found[0][0]):
+                found[:] = [(nll, gp.Prior(gpp._q(r, p), tau / n, gamma), nugget)]
 
     full = 3 * n <= m <= gpp.FULL_GRID_ROWS
-    grid = product(gpp.TAUS, gpp.POWERS, gpp.GAMMAS) if full else product(gpp.TAUS, [0.0], [1.0])
-    for point in grid:
-        trial(*point)
+    points = [(*t, g) for t in product(gpp.TAUS, gpp.POWERS, gpp.GAMMAS) for g in gpp.NUGGETS]
+    if full:  # successive halving: each level ranks the points on more rows, the best go on
+        order = np.r_[0, np.random.default_rng(m + 1).permutation(np.arange(1, m))]
+        for rows, keep in gpp.SCREEN:
+            rows = max(rows, 3 * n)
+            if rows < m and keep < len(points):
+                sub = np.sort(order[:rows])
+                scored = sorted((_plain_nll(z[sub], y[sub], r, *point), point) for point in points)
+                points = [point for nll, point in scored if np.isfinite(nll)][:keep]
+        for point in sorted(points):  # every row, in grid order (the first of equal ones)
+            trial(*point[:3], (point[3],))
+    else:
+        for tau in gpp.TAUS:
+            trial(tau, 0.0, 1.0)
     if not full:
         theta = found[0][1].theta
         for p in gpp.POWERS[1:]:
@@ -368,6 +389,36 @@ def test_fast_linear_algebra_matches_a_plain_reference(n: int, budget: int) -> N
         np.testing.assert_allclose(adjusted[0], ref_adjusted[0], rtol=0, atol=1e-9 * scale)
         assert adjusted[1] is not None and ref_adjusted[1] is not None
         np.testing.assert_allclose(adjusted[1], ref_adjusted[1], rtol=1e-9)
+
+
+@pytest.mark.parametrize(("n", "budget", "levels"), [
+    (10, 600, [(64, 336), (128, 48), (256, 12)]),  # a 256-row pilot: both screens
+    (30, 600, [(90, 336), (128, 48), (256, 12)]),  # 3n = 90 rows at least
+    (50, 600, [(150, 336), (256, 12)]),  # 3n = 150 rows: one screen ranks for both
+    (10, 100, [(64, 336), (99, 48)]),  # fewer rows than the second screen: it is skipped
+])  # fmt: skip
+def test_the_grid_is_screened_by_successive_halving(
+    n: int, budget: int, levels: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every grid point is scored on few rows and only the best on more (issue 30: the prior's
+    choice 3-4x cheaper at 256 pilot rows): the points scored per level, by their rows."""
+    from explainers.estimators import gp_prior
+
+    scored: dict[int, int] = {}
+    score = gp_prior._Grid.score
+
+    def counted(self: gp_prior._Grid, *args: object) -> None:
+        before = len(self.seen)
+        score(self, *args)  # type: ignore[arg-type]
+        scored[len(self.z)] = scored.get(len(self.z), 0) + len(self.seen) - before
+
+    monkeypatch.setattr(gp_prior._Grid, "score", counted)
+    planner = kernel.Planner(n, "kernel", np.random.default_rng(0))
+    planner.extend(budget)
+    plan = planner.design()
+    v = tanh_game(n, 7)(plan.masks)
+    gp_prior._choose(plan.masks[1:].astype(np.float64), (v - v[0])[1:])
+    assert sorted(scored.items()) == levels
 
 
 def test_in_place_factorisation_rebuilds_where_the_first_nugget_fails() -> None:
