@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -36,6 +37,7 @@ from explainers.estimators import gp, gp_prior, kernel  # noqa: E402
 from tests.explainers import heldout_games as hg  # noqa: E402
 
 Game = Callable[[np.ndarray], np.ndarray]
+T = TypeVar("T")
 
 
 def tanh(n: int, seed: int) -> Game:
@@ -56,7 +58,7 @@ def values(game: Game, plan: kernel.Design) -> np.ndarray:
     return v - v[0]
 
 
-def timed(screen: tuple[tuple[int, int], ...], call: Callable[[], object]) -> tuple[object, float]:
+def timed(screen: tuple[tuple[int, int], ...], call: Callable[[], T]) -> tuple[T, float]:
     kept = gp_prior.SCREEN
     gp_prior.SCREEN = screen
     try:
@@ -87,7 +89,7 @@ def agreement(pers: list[int]) -> None:
             seconds["full"] += t_full
             seconds["screened"] += t_screened
             keys = [
-                (c[0].theta, c[0].gamma, tuple(np.round(c[0].q, 12)), c[1])  # type: ignore[index]
+                (c[0].theta, c[0].gamma, tuple(np.round(c[0].q, 12)), c[1])
                 for c in (full, screened)
             ]
             total += 1
@@ -127,7 +129,7 @@ def accuracy(pers: list[int], seeds: int) -> None:
                 y = values(game, plan)[:, :1]
                 for j, screen in enumerate([(), gp_prior.SCREEN]):
                     fit, took = timed(screen, partial(gp._fit, plan, y, y[1].copy()))
-                    phi = fit[0][:, 0]  # type: ignore[index]
+                    phi = fit[0][:, 0]
                     errors[j, seed] = np.sqrt(((phi - np.asarray(exact).ravel()[:n]) ** 2).mean())
                     if j:
                         t_screened += took
