@@ -31,8 +31,12 @@ ID_SLOT = b'"id": ""'  # where a stored answer's per-request id goes (json.dumps
 
 def cache_key(parts: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of everything that determines an answer."""
-    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
-    return "attr:v1:" + hashlib.sha256(blob.encode()).hexdigest()
+    return key_of(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str))
+
+
+def key_of(canonical: str) -> str:
+    """The key of a canonical JSON text (cache_key's)."""
+    return "attr:v1:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def scope_tag(scope: str) -> str:

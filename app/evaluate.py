@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, from_library
-from app.inputs import resolve_target, to_array
+from app.inputs import default_target, resolve_target, to_array
 from app.schemas import request_model, spec_fields
 from explainers.context import RunContext
 from explainers.explanation import ExplainResult, Explanation
@@ -29,6 +29,7 @@ from models.base import Model, ModelError, TextModel
 
 if TYPE_CHECKING:
     from app.service import ExplainService, Prepared
+
 
 def as_options(value: list[Metric] | EvaluateOptions | None) -> EvaluateOptions | None:
     """`parameters.evaluate` is a list of metric names or the full options object."""
@@ -134,6 +135,8 @@ def _supplied(
     if len(rows) != len(inputs):
         raise InvalidInput(f"attributions need one row per input ({len(inputs)})")
     target = resolve_target(model, body.target)
+    if body.target is None:
+        target = default_target(model)
     if target is None:
         predicted = model.predict(inputs)
         outs = [int(np.argmax(r)) if model.task == "classification" else 0 for r in predicted]

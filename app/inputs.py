@@ -147,6 +147,15 @@ def resolve_target(model: Model, target: int | str | None) -> int | None:
 ALL = "all"
 
 
+def default_target(model: Model) -> int | None:
+    """The output explained when a request names none, one rule for every route (API.md
+    "Default target"): a binary classifier's positive class (its second output, as shap),
+    else None: each explainer's own default, a multi-class classifier's predicted class per
+    row and a regressor's single output."""
+    binary = model.task == "classification" and model.n_outputs == 2
+    return 1 if binary else None
+
+
 def resolve_targets(
     model: Model, target: int | str | list[int | str] | None
 ) -> int | tuple[int, ...] | None:

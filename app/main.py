@@ -44,10 +44,11 @@ log = logging.getLogger(__name__)
 class BodyLimit:
     """Answer 413 for bodies over `limit` bytes, by header or by counting the stream."""
 
-    def __init__(self, app: ASGIApp, limit: int, upload_limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload_limit: int, rows_limit: int) -> None:
         self.app = app
         self.default_limit = limit
         self.upload_limit = upload_limit  # model uploads on /v2/repository/
+        self.rows_limit = rows_limit  # an audit's uploaded instances on /v2/jobs/upload
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -55,6 +56,8 @@ class BodyLimit:
             return
         upload = scope["path"].startswith("/v2/repository/")
         limit = self.upload_limit if upload else self.default_limit
+        if scope["path"] == "/v2/jobs/upload":  # spooled to disk, then read a chunk at a time
+            limit = self.rows_limit
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             await self._reject(send, limit)
@@ -250,7 +253,10 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         )
     app.add_middleware(auth.ApiKeyAuth, keys=keys)
     app.add_middleware(
-        BodyLimit, limit=settings.max_body_bytes, upload_limit=settings.max_model_bytes + (1 << 20)
+        BodyLimit,
+        limit=settings.max_body_bytes,
+        upload_limit=settings.max_model_bytes + (1 << 20),
+        rows_limit=settings.max_upload_bytes,
     )
     app.add_middleware(RequestContext, metrics=metrics)  # outermost: every answer has an id
     return app

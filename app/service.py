@@ -14,7 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from app.cache import Cache, CacheUnavailable, cache_key, hit_answer, scope_part, spliced
+from app.cache import (
+    Cache,
+    CacheUnavailable,
+    cache_key,
+    hit_answer,
+    key_of,
+    scope_part,
+    spliced,
+)
 from app.errors import (
     ApiError,
     GatewayTimeout,
@@ -24,7 +32,7 @@ from app.errors import (
     from_library,
 )
 from app.evaluate import attach_evaluation, split_evaluate
-from app.inputs import check_range, resolve_targets, to_array
+from app.inputs import check_range, default_target, resolve_targets, to_array
 from app.jobs.store import JobStore, learned_baseline
 from app.logging import current_request_id
 from app.metrics import Metrics
@@ -66,6 +74,20 @@ def array_digest(arr: np.ndarray | None) -> str | None:
     return hashlib.sha256(str(arr.shape).encode() + arr.tobytes()).hexdigest()
 
 
+SLOT_INPUTS, SLOT_SENT = "\x00inputs\x00", "\x00as_sent\x00"
+
+
+def sent_digest(sent: Any) -> str:
+    """The instances as sent: the answer echoes each as sent (`data`), so a row sent as a dict,
+    or 50 instead of 50.0, is another answer even when the numbers are the same."""
+    return hashlib.sha256(json.dumps(sent, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def keyed(parts: dict[str, Any], inputs: np.ndarray, sent: Any) -> str:
+    """The cache key of a request: its parts (everything but the instances) and instances."""
+    return cache_key({**parts, "inputs": array_digest(inputs), "as_sent": sent_digest(sent)})
+
+
 @dataclass(frozen=True)
 class Outcome:
     """An answer: typed for the service's callers, and its JSON for HTTP (made once)."""
@@ -99,6 +121,27 @@ class Prepared:
     timeout_ms: int | None = None  # the limit in force: the request's or the server's default
     default_limit: bool = False  # the limit is the server's DEFAULT_TIMEOUT_MS
     cancel: Callable[[], bool] | None = None  # true once the caller withdrew (client left)
+    key_parts: dict[str, Any] | None = None  # the cache key's parts but the instances
+
+    def row_key(self, i: int) -> str:
+        """The cache key of instance i sent alone (one-instance request, same fields): a batch
+        answers each of its rows under the key a request for that row alone looks up."""
+        return self.row_keys()[i]
+
+    def row_keys(self) -> list[str]:
+        """row_key of every instance: `keyed`'s canonical JSON made once with two slots, each
+        row's digests put in (the same bytes as keyed's for that row alone)."""
+        if self.key_parts is None:
+            raise ValueError("a request prepared without its key's parts")
+        slots = {**self.key_parts, "as_sent": SLOT_SENT, "inputs": SLOT_INPUTS}
+        template = json.dumps(slots, sort_keys=True, separators=(",", ":"), default=str)
+        # sorted keys: "as_sent" comes before "inputs"
+        a, rest = template.split(json.dumps(SLOT_SENT), 1)
+        b, c = rest.split(json.dumps(SLOT_INPUTS), 1)
+        return [
+            key_of(a + json.dumps(sent_digest([x])) + b + json.dumps(array_digest(row)) + c)
+            for row, x in zip(self.inputs[:, None], self.req.inputs, strict=True)
+        ]
 
     def request(self, context: RunContext) -> ExplainRequest:
         """The explainer's typed request, for all the targets asked."""
@@ -208,33 +251,28 @@ class ExplainService:
             for message in check_range(model, background, "background", allow).values():
                 out_of_range = dict.fromkeys(range(len(inputs)), message) | out_of_range
         target = resolve_targets(model, req.target)
+        if req.target is None and not spec.explains_decision:
+            target = default_target(model)
         params, evaluate = split_evaluate(spec, params)
         options = self._pin(spec, model, params)
-        key = cache_key(
-            {
-                "model": model.name,
-                # a remote model's: also its remote's metadata and the REMOTE_CACHE_TTL_S period
-                "model_version": cache_version(model),
-                "explainer": spec.name,
-                "explainer_version": spec.version,
-                "options": options.model_dump(mode="json"),
-                "seed": req.seed,
-                "budget": req.budget,
-                "target": target,
-                "background": array_digest(background),
-                "inputs": array_digest(inputs),
-                # The answer echoes each instance as sent (`data`): a row sent as a dict, or
-                # 50 instead of 50.0, is another answer even when the numbers are the same.
-                "as_sent": hashlib.sha256(
-                    json.dumps(req.inputs, separators=(",", ":")).encode()
-                ).hexdigest()[:16],
-                "fields": req.model_dump(mode="json", include=set(fields)),
-                # `data` echoes large instances only when asked (app/schemas.py ECHO_LIMIT)
-                **({"return_inputs": True} if getattr(req, "return_inputs", False) else {}),
-                **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
-                **scope_part(s.cache_scope),  # CACHE_SCOPE=key: the key's own answers
-            }
-        )
+        parts = {
+            "model": model.name,
+            # a remote model's: also its remote's metadata and the REMOTE_CACHE_TTL_S period
+            "model_version": cache_version(model),
+            "explainer": spec.name,
+            "explainer_version": spec.version,
+            "options": options.model_dump(mode="json"),
+            "seed": req.seed,
+            "budget": req.budget,
+            "target": target,
+            "background": array_digest(background),
+            "fields": req.model_dump(mode="json", include=set(fields)),
+            # `data` echoes large instances only when asked (app/schemas.py ECHO_LIMIT)
+            **({"return_inputs": True} if getattr(req, "return_inputs", False) else {}),
+            **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
+            **scope_part(s.cache_scope),  # CACHE_SCOPE=key: the key's own answers
+        }
+        key = keyed(parts, inputs, req.inputs)
         request_id = req.id or current_request_id() or uuid.uuid4().hex
         status = "bypass"
         if use_cache and not lookup:
@@ -266,6 +304,7 @@ class ExplainService:
             out_of_range,
             timeout_ms,
             req.timeout_ms is None and timeout_ms is not None,
+            key_parts=parts,
         )
 
     def inline_model(
@@ -280,10 +319,10 @@ class ExplainService:
             return None
         return self.registry.peek(model_name)[0]  # None while not loaded: loading takes seconds
 
-    def compute(self, p: Prepared, defer: dict[str, str] | None = None) -> Outcome:
-        """Run the explainer for a prepared request and store a cacheable answer; with `defer`
-        the answer is added to it (key -> JSON) for the caller to store with others in one
-        round trip (Cache.set_many) instead."""
+    def compute(self, p: Prepared, encode: bool = True) -> Outcome:
+        """Run the explainer for a prepared request and store a cacheable answer. `encode`
+        False: the caller makes the JSON it needs (a batch: each row's, app/batch.py), the
+        answer is neither encoded (Outcome.json is empty) nor cached here."""
         model, spec, req, status = p.model, p.spec, p.req, p.status
         start = time.perf_counter()
         context = self.context
@@ -320,18 +359,14 @@ class ExplainService:
             status = "bypass"  # served again from the cache
         response = self._shape(model, spec, req, result, elapsed, status)
         self.metrics.model_evals.labels(model.name, spec.name).inc(response.meta.n_model_evals)
+        if not encode:
+            return Outcome(response.model_copy(update={"id": p.request_id}), b"")
         try:
             blob = response.to_json()
         except ValueError:
-            raise ApiError(
-                "the explanation holds non-finite numbers (NaN or infinity): the model's outputs "
-                "overflow or are undefined for these inputs",
-                code="non_finite_output",
-            ) from None
+            raise non_finite() from None
         answered = status
-        if status == "miss" and defer is not None:
-            defer[p.key] = blob
-        elif status == "miss":
+        if status == "miss":
             try:
                 self.cache.set(p.key, blob)
             except CacheUnavailable:
@@ -360,8 +395,7 @@ class ExplainService:
         asked = [e.output_index for e in result.explanations]
         if len(asked) % len(targets) or asked != list(targets) * (len(asked) // len(targets)):
             raise OptionError(
-                f"{p.spec.name} explains one output of its own here; a target list does not "
-                "apply"
+                f"{p.spec.name} explains one output of its own here; a target list does not apply"
             )
         default = "shared" if p.spec.name in SHARED_TARGETS else "per target"
         how = (result.meta.get("targets") or {}).get("budget", default)
@@ -464,6 +498,15 @@ class ExplainService:
         return ExplainResponse(
             model_name=model.name, model_version=model.version, id="", meta=meta, data=data
         )
+
+
+def non_finite() -> ApiError:
+    """An answer that JSON cannot carry."""
+    return ApiError(
+        "the explanation holds non-finite numbers (NaN or infinity): the model's outputs "
+        "overflow or are undefined for these inputs",
+        code="non_finite_output",
+    )
 
 
 def limit_text(p: Prepared) -> str:

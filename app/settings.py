@@ -48,6 +48,12 @@ class Settings(BaseSettings):
         60.0, gt=0, description="how long a process serves a Redis hit from its own memory"
     )
     max_body_bytes: int = 16 * 1024 * 1024
+    max_upload_bytes: int = Field(
+        4 * 1024**3,
+        ge=1,
+        description="an audit's uploaded instances (POST /v2/jobs/upload: JSON lines, CSV or "
+        "Parquet), spooled to disk and read a chunk at a time",
+    )
     max_instances: int = 1000
     max_background_rows: int = 1000
     max_budget: int = 1 << 24  # model rows per instance
@@ -96,9 +102,15 @@ class Settings(BaseSettings):
         "auto", description="auto: Celery workers when REDIS_URL is set, else in-process"
     )
     job_workers: int = Field(2, ge=0, description="in-process job threads; 0: store jobs, run none")
-    job_chunk_size: int = 50
+    job_chunk_size: int = Field(
+        0,
+        ge=0,
+        description="instances per queued task of an audit (a task claims, leases and stores "
+        "its own); 0: an eighth of the job, within 50 to 1,000 (several tasks for the workers "
+        "to share, few enough that queueing costs little)",
+    )
     job_visibility_timeout_s: int = 300  # a killed worker's chunk is redelivered after this
-    max_job_instances: int = 100_000
+    max_job_instances: int = 1_000_000
     api_keys: str | None = Field(
         None, description='JSON list of {"name", "sha256", "scopes"}; unset: open (local use)'
     )

@@ -98,6 +98,15 @@ class ExplainerSpec:
     # An amortized explainer's training, declared once: the job kind that trains its artifacts
     # (named in the 409 before training) and everything that job runs (app/jobs/training.py).
     training: Training | None = None
+    # True when, without a target, the explainer explains the model's own decision (the
+    # predicted class: sufficient subsets keep it); the service's default target (a binary
+    # classifier's positive class) then does not apply.
+    explains_decision: bool = False
+    # True when each instance's explanation is the same whether it is asked alone or with
+    # others in one request (same seed): a batch is then computed as one request and each row
+    # cached as its own answer (app/batch.py); tests/explainers/test_rows_independent.py
+    # checks the claim for every explainer that makes it.
+    rows_independent: bool = False
 
     @property
     def train_job(self) -> str | None:
@@ -170,6 +179,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "Shapley values of features, image patches or words: exact, permutation or KernelSHAP",
         "Lundberg & Lee 2017; Castro et al. 2009; Musco & Witter 2025",
         pin=LEARNED_BASELINE,
+        rows_independent=True,
     ),
     ExplainerSpec(
         "integrated-gradients",
@@ -268,6 +278,7 @@ EXPLAINERS: tuple[ExplainerSpec, ...] = (
         "ICLR 2025",
         needs=(Need.CLASSIFIER,),
         pin=LEARNED_BASELINE,
+        explains_decision=True,
     ),
 )
 

@@ -1,38 +1,43 @@
-"""The `audit` job kind: one explain request's fields over many instances, chunked, through
-the shared cache; its summary (mean |value| per feature and class, top-k stability).
-A classifier's audit explains one class for every instance: the request's `target`, else the
-first class (index 0), never each instance's own predicted class."""
+"""The `audit` job kind: one explain request's fields over many instances, computed in slices
+through the data plane's batch entry (app/batch.py: the cache's answers in one round trip, the
+misses as one request, each row cached as its own answer), stored a slice at a time; its
+summary (mean |value| per feature and class, top-k stability, the rows that failed).
+A classifier's audit explains the output a synchronous request of the same row explains: the
+one default-target rule (app/inputs.py default_target), or the request's `target`."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ValidationError
 
-from app.cache import CacheUnavailable
+from app.batch import RowAnswer, Rows, answer, dry_run, worker_crashed
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
 from app.inputs import resolve_targets, to_array
 from app.jobs.context import CancelWatch, JobContext, store_results
 from app.jobs.results import AuditResult, flat, read_results
 from app.jobs.store import Job, JobStore
-from app.schemas import ExplainResponse, request_model, spec_fields
-from app.service import ExplainService, Prepared
+from app.schemas import request_model, spec_fields
+from app.service import ExplainService
 from explainers.games import Cancelled
-from explainers.registry import get_explainer
+from explainers.registry import ExplainerSpec, get_explainer
 
 if TYPE_CHECKING:
     from app.jobs.routes import JobRequest
 
 log = logging.getLogger(__name__)
-WRITE_EVERY = 10  # instances between result writes: bounds rework after a crash
+FIRST_SLICE = 8  # instances in a chunk's first slice; later ones are sized by its time
+SLICE_S = 1.0  # seconds of compute between result writes: progress, and rework after a crash
+FIRST_ERRORS = 5  # failed rows quoted in a summary
 
 
 def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) -> dict[str, Any]:
-    """Fail at submission, not in a worker: model, explainer, options and every instance."""
+    """Fail at submission, not in a worker: model, explainer, options, every instance, and
+    what every row would meet before its first model call (a budget below the estimator's
+    minimum): one instance is run up to that call."""
     if body.inputs is None:
         raise Unprocessable("an audit needs inputs")
     if len(body.inputs) > max_instances:
@@ -41,10 +46,6 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
     spec = svc.explainer(model, body.explainer)
     fields = body.model_dump(include={"target", "seed", "budget", "background", "parameters"})
     fields.update(body.model_extra or {})
-    if fields.get("target") is None and model.task == "classification":
-        # one class for every row, as shap's audits: the first class unless `target` says
-        # (each row's own predicted class would mix classes in one beeswarm and one mean)
-        fields["target"] = 0
     body_model = request_model(spec)
     try:
         if spec.uses_inputs:
@@ -64,6 +65,7 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
         ) from None
     if spec.uses_inputs:
         to_array(model, body.inputs, "inputs")
+        dry_run(Rows(svc, body.model, spec, fields, []), body.inputs[0])
     resolve_targets(model, body.target)  # a bad target list fails here, not per instance
     return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
 
@@ -73,121 +75,79 @@ def audit_total(body: JobRequest) -> int:
     return len(body.inputs or [])
 
 
-def _store(ctx: JobContext, job: Job, results: dict[int, AuditResult]) -> None:
-    """Write results in the job store's JSON (AuditResult.stored)."""
-    store_results(ctx, job.id, {i: r.stored() for i, r in results.items()})
+def result(row: RowAnswer) -> AuditResult:
+    """What the job stores of one row's answer."""
+    if row.response is None:
+        return AuditResult.failed(row.error or "failed", row.code or "error")
+    return AuditResult.of_answer(row.response, row.cache)
 
 
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
-    """Explain each instance as a one-instance request, through the shared cache.
-
-    The chunk's instances are looked up in one round trip (MGET); results are written every
-    WRITE_EVERY computed instances and at the end, hits and errors with them: a cached re-run
-    costs one look-up and one write per chunk. Computed answers enter the cache together, in
-    one round trip at the chunk's end (Cache.set_many), not one SET each.
-    """
-    req = job.request
-    spec = get_explainer(req["explainer"])
-    body_model = request_model(spec)
-    svc = ctx.service
-    pending: dict[int, AuditResult] = {}
-    prepared: dict[int, Prepared] = {}
-    for i in todo:
+    """Answer the chunk's missing instances a slice at a time (app/batch.py answer), storing
+    each slice's results in one write. The first slice has FIRST_SLICE instances; the next ones
+    as many as take about SLICE_S at the rate measured so far (a TreeSHAP chunk soon runs as
+    one call). A cancel is seen between slices and at the explainers' model calls."""
+    if not todo:
+        return
+    spec = get_explainer(job.request["explainer"])
+    instances = ctx.store.inputs(job, range(todo[0], todo[-1] + 1))
+    fields = job.request["fields"]
+    watch = CancelWatch(ctx, job.id)
+    done, size = 0, FIRST_SLICE
+    while done < len(todo):
+        if watch(fresh=True):  # nothing is stored after a cancel
+            return
+        part = todo[done : done + size]
+        start = time.perf_counter()
         try:
-            instance = req["inputs"][i]
-            body = (
-                body_model(inputs=[instance], **req["fields"])
-                if spec.uses_inputs
-                else body_model(**{**req["fields"], **instance})
-            )
-            p = svc.prepare(job.model, req["explainer"], body, use_cache=True, lookup=False)
-            if isinstance(p, Prepared):
-                prepared[i] = p
-            else:  # lookup=False never answers; kept for the type
-                pending[i] = AuditResult.of_answer(p.response)
+            answers = _answer(ctx, job, spec, fields, [instances[i] for i in part], watch)
         except ApiError as exc:
-            pending[i] = AuditResult.failed(exc.message, exc.code)
-        except ValidationError as exc:
-            message = f"invalid instance: {exc.errors()[0]['msg']}"
-            pending[i] = AuditResult.failed(message, "invalid")
-    try:
-        blobs = svc.cache.get_many([p.key for p in prepared.values()])
-    except CacheUnavailable:
-        blobs = [None] * len(prepared)
-        for p in prepared.values():
-            p.status = "bypass"
-    for i, blob in zip(list(prepared), blobs, strict=True):
-        if blob is not None:
-            pending[i] = AuditResult.of_answer(ExplainResponse.model_validate_json(blob), "hit")
-            del prepared[i]
-    hits = sum(b is not None for b in blobs)
-    if hits:
-        svc.metrics.cache.labels("hit").inc(hits)
-    if prepared:
-        svc.metrics.cache.labels(next(iter(prepared.values())).status).inc(len(prepared))
-    answers: dict[str, str] = {}  # cache key -> JSON of the answers computed here
-
-    def flush() -> None:
-        """Cache the answers computed so far, in one round trip. Before their results are
-        stored: a worker killed in between leaves instances that a redelivery recomputes (or
-        finds cached), never stored results that no later run puts in the cache."""
-        try:
-            svc.cache.set_many(answers)
-        except CacheUnavailable as exc:
-            log.warning("job %s: %d answers not cached: %s", job.id, len(answers), exc)
-        answers.clear()
-
-    try:
-        _compute(ctx, job, prepared, pending, answers, flush)
-    finally:  # cancelled or failed part-way: what was computed is still a valid answer
-        flush()
+            cause = exc.__cause__
+            # a cancel stops the chunk; a crashed model worker fails the attempt (retried)
+            if cause is not None and (isinstance(cause, Cancelled) or worker_crashed(cause)):
+                raise cause from None
+            raise
+        if watch(fresh=True):
+            return
+        stored = {i: result(a).stored() for i, a in zip(part, answers, strict=True)}
+        store_results(ctx, job.id, stored)
+        done += len(part)
+        per_row = (time.perf_counter() - start) / len(part)
+        size = max(1, min(len(todo), int(SLICE_S / max(per_row, 1e-6))))
 
 
-def _compute(
+def _answer(
     ctx: JobContext,
     job: Job,
-    prepared: dict[int, Prepared],
-    pending: dict[int, AuditResult],
-    answers: dict[str, str],
-    flush: Callable[[], None],
-) -> None:
-    """Compute the instances that missed; store results every WRITE_EVERY and at the end,
-    each time after `flush` has cached the answers computed since the last."""
-    watch = CancelWatch(ctx, job.id)
-    for count, (i, p) in enumerate(prepared.items(), start=1):
-        if watch():  # the remaining instances don't run
-            return
-        if p.req.timeout_ms is not None:  # each instance's time limit starts when it runs
-            p.deadline = time.monotonic() + p.req.timeout_ms / 1000
-        try:
-            pending[i] = AuditResult.of_answer(ctx.service.compute(p, defer=answers).response)
-        except ApiError as exc:
-            if isinstance(exc.__cause__, Cancelled):
-                raise exc.__cause__ from None
-            crash = exc.__cause__
-            if crash is not None and model_crashed(crash):  # the attempt fails (retried)
-                _store(ctx, job, pending)  # what was computed before stays
-                raise crash from None
-            pending[i] = AuditResult.failed(exc.message, exc.code)
-        if count % WRITE_EVERY == 0:
-            if watch(fresh=True):  # nothing is stored after a cancel
-                return
-            flush()
-            _store(ctx, job, pending)
-            pending = {}
-    if not watch(fresh=True):
-        flush()
-        _store(ctx, job, pending)
+    spec: ExplainerSpec,
+    fields: dict[str, Any],
+    instances: list[Any],
+    watch: CancelWatch,
+) -> list[RowAnswer]:
+    """The slice's answers: through the batch entry, or (an explainer whose own fields carry
+    the instance) each instance's fields as one request."""
+    svc = ctx.service
+    if spec.uses_inputs:
+        return answer(Rows(svc, job.model, spec, fields, instances), watch)
+    out = []
+    for instance in instances:
+        rows = Rows(svc, job.model, spec, {**fields, **instance}, [])
+        out.append(_fields_answer(rows, watch))
+    return out
 
 
-def model_crashed(exc: BaseException | None) -> bool:
-    """Whether a model call failed because its model worker died or hit a limit (a crash,
-    not an answer about this instance): models/sandbox's ModelWorkerError."""
+def _fields_answer(rows: Rows, watch: CancelWatch) -> RowAnswer:
+    """One request whose fields are the instance (RankSHAP's query and documents, ...)."""
     try:
-        from models.sandbox import ModelWorkerError
-    except ImportError:  # a build without model workers
-        return False
-    return isinstance(exc, ModelWorkerError)
+        body = request_model(rows.spec)(**rows.fields)
+        outcome = rows.svc.explain(rows.model, rows.spec.name, body, use_cache=True)
+    except ValidationError as exc:
+        return RowAnswer(error=f"invalid instance: {exc.errors()[0]['msg']}", code="invalid")
+    except ApiError as exc:
+        if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
+            raise
+        return RowAnswer(error=exc.message, code=exc.code)
+    return RowAnswer(outcome.response, outcome.cache)
 
 
 def top_k_bootstrap(
@@ -218,11 +178,15 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
     many instances carry each warning code. With several targets, each instance's
     explanations count as rows (per_class: one entry per output)."""
     stored = read_results(store, job.id)
+    failed = [r for r in stored if not r.explanations]
     summary: dict[str, Any] = {
         "instances": len(stored),
-        "errors": sum(r.error is not None for r in stored),
+        "errors": len(failed),
+        "first_errors": [
+            {"index": r.index, "code": r.code, "error": r.error} for r in failed[:FIRST_ERRORS]
+        ],
     }
-    answered = [r for r in stored if r.error is None]
+    answered = [r for r in stored if r.explanations]
     ok = [(row, row.explanation) for row in flat(answered) if row.explanation is not None]
     if not ok:
         return summary

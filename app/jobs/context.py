@@ -30,9 +30,9 @@ class JobContext:
 
 
 def cancelled(ctx: JobContext, job_id: str) -> bool:
-    """Whether the job was cancelled, finished elsewhere or deleted."""
-    job = ctx.store.get(job_id)
-    return job is None or job.status in FINISHED
+    """Whether the job was cancelled, finished elsewhere or deleted (its status column alone)."""
+    status = ctx.store.status(job_id)
+    return status is None or status in FINISHED
 
 
 class CancelWatch:

@@ -153,4 +153,4 @@ def flat(results: list[AuditResult]) -> list[AuditRow]:
 
 def read_results(store: JobStore, job_id: str) -> list[AuditResult]:
     """A job's stored results, parsed, in instance order."""
-    return [AuditResult.parse(r) for r in store.all_results(job_id)]
+    return [AuditResult.parse(r) for r in store.all_results(job_id, with_index=True)]

@@ -7,11 +7,10 @@ open. Idempotency keys are per key.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 from fastapi import APIRouter, File, Form, Header, Query, Request, Response, UploadFile
@@ -25,12 +24,15 @@ from app.errors import (
     ApiError,
     InvalidInput,
     NotFound,
+    PayloadTooLarge,
     Unprocessable,
 )
+from app.inputs import to_array
+from app.jobs import uploads
 from app.jobs.kinds import NAMES, kind
 from app.jobs.queue import Queue
 from app.jobs.results import AuditResult, read_results
-from app.jobs.store import FINISHED, Job, JobStore
+from app.jobs.store import FINISHED, RECEIVING, Job, JobStore
 from app.service import ExplainService
 
 router = APIRouter(tags=["jobs"])
@@ -85,7 +87,21 @@ class JobStatus(BaseModel):
     id: str
     kind: str
     model: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    status: Literal[
+        "receiving",
+        "queued",
+        "running",
+        "succeeded",
+        "succeeded_with_errors",
+        "failed",
+        "cancelled",
+    ] = Field(
+        ...,
+        description="receiving: an upload's instances are still being read; "
+        "succeeded_with_errors: finished, some rows failed (`error` and the "
+        "summary's `errors` and `first_errors` say which); failed: every row failed, or the job "
+        "as a whole",
+    )
     progress: Progress
     created_at: float
     started_at: float | None
@@ -145,50 +161,92 @@ async def submit(
     return await _submit(request, body, idempotency_key)
 
 
-def parse_instances(data: bytes, filename: str) -> list[Any]:
-    """Instances from an uploaded file: CSV with a header of feature names, or JSON lines."""
-    text = data.decode("utf-8-sig")
-    if filename.lower().endswith(".csv"):
-        rows = list(csv.reader(io.StringIO(text)))
-        if len(rows) < 2:
-            raise InvalidInput("the CSV file needs a header row and at least one data row")
-        header = rows[0]
-        try:
-            return [dict(zip(header, map(float, row), strict=True)) for row in rows[1:] if row]
-        except ValueError as exc:
-            raise InvalidInput(f"CSV values must be numbers with one per column: {exc}") from None
-    try:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"the file is not JSON lines: {exc}") from None
+UPLOAD_CHUNK = 1000  # instances per task of an uploaded audit without chunk_size
 
 
 @router.post("/v2/jobs/upload", status_code=202, responses=ERROR_RESPONSES)
 async def submit_upload(
     request: Request,
     job: str = Form(..., description="the job as JSON, without inputs"),
-    file: UploadFile = File(..., description="instances: .csv (header = features) or .jsonl"),
+    file: UploadFile = File(
+        ...,
+        description="instances: .jsonl (an instance per line), .csv (a header of feature "
+        "names) or .parquet (a column per feature); read a chunk at a time, up to "
+        "MAX_UPLOAD_BYTES",
+    ),
     idempotency_key: str | None = Header(None, max_length=200),
 ) -> JSONResponse:
-    """Submit a job whose instances come from an uploaded CSV or JSON-lines file."""
+    """Submit an audit whose instances come from an uploaded file, read and stored a chunk at a
+    time (a million rows are never held at once). The first chunk is validated as an inline
+    job would be (and its first instance run up to its first model call); every chunk's
+    instances are checked before the job is queued: a bad row is a 400 naming its line, and
+    nothing is kept."""
     try:
         fields = json.loads(job)
     except json.JSONDecodeError as exc:
         raise Unprocessable(f"job is not JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise Unprocessable("job must be a JSON object")
-    instances = parse_instances(await file.read(), file.filename or "")
+    if "inputs" in fields:
+        raise Unprocessable("job: the instances come in the file, not in inputs")
+    size = fields.get("chunk_size") or UPLOAD_CHUNK
+    if not isinstance(size, int) or not 1 <= size <= 10_000:
+        raise Unprocessable("chunk_size must be an integer from 1 to 10000")
+    rows = uploads.batches(file.file, file.filename or "", size)
+    first = await anyio.to_thread.run_sync(next, rows, None)
+    if first is None:
+        raise InvalidInput("the file holds no instances")
     try:
-        body = JobRequest(**{**fields, "inputs": instances})
+        body = JobRequest(**{**fields, "inputs": first, "chunk_size": size})
     except ValidationError as exc:
         raise Unprocessable(
             f"invalid job: {exc.errors()[0]['msg']}",
             detail=[{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()],
         ) from None
-    return await _submit(request, body, idempotency_key)
+    if kind(body.kind).training:
+        return await _submit(request, body, idempotency_key)  # its inputs are few: inline
+    return await _submit(request, body, idempotency_key, more=rows)
 
 
-async def _submit(request: Request, body: JobRequest, idempotency_key: str | None) -> JSONResponse:
+async def _receive(
+    request: Request, body: JobRequest, job: Job, first: list[Any], more: Iterator[list[Any]]
+) -> Job:
+    """Store an uploaded job's instances a chunk at a time, each checked as the first was;
+    then queue it. A bad chunk discards the job (400 naming the rows)."""
+    svc, store, _ = _parts(request)
+    limit = request.app.state.settings.max_job_instances
+    model = svc.model(body.model)
+    total, chunk = 0, 0
+    try:
+        batch: list[Any] | None = first
+        while batch is not None:
+            if total + len(batch) > limit:
+                raise PayloadTooLarge(f"at most {limit} instances per job")
+            if chunk:  # the first was validated with the job
+                try:
+                    await anyio.to_thread.run_sync(to_array, model, batch, "inputs")
+                except InvalidInput as exc:
+                    raise InvalidInput(
+                        f"instances {total}-{total + len(batch) - 1}: {exc.message}"
+                    ) from None
+            await anyio.to_thread.run_sync(store.append_inputs, job.id, chunk, batch)
+            total += len(batch)
+            chunk += 1
+            batch = await anyio.to_thread.run_sync(next, more, None)
+    except BaseException:
+        await anyio.to_thread.run_sync(store.discard, job.id)
+        raise
+    return await anyio.to_thread.run_sync(store.received, job.id, total)
+
+
+async def _submit(
+    request: Request,
+    body: JobRequest,
+    idempotency_key: str | None,
+    more: Iterator[list[Any]] | None = None,
+) -> JSONResponse:
+    """Validate, store and queue a job; `more`: an upload's further chunks of instances (the
+    job is stored `receiving` until they are all read)."""
     key = _key(request)
     owner = None if key is None else key.name
     job_kind = kind(body.kind)
@@ -201,12 +259,26 @@ async def _submit(request: Request, body: JobRequest, idempotency_key: str | Non
         job_kind.validate, svc, body, settings.max_job_instances
     )
     total = job_kind.total(body)
-    chunk = body.chunk_size or settings.job_chunk_size
+    chunk = body.chunk_size or settings.job_chunk_size or min(1000, max(50, -(-total // 8)))
     if training:  # one task trains; its results are progress records
         chunk = total
+    rows = None if training else stored.pop("inputs", None)  # stored a chunk a row
+    status = "queued" if more is None else RECEIVING
     job, created = await anyio.to_thread.run_sync(
-        lambda: store.create(body.kind, body.model, stored, total, chunk, idempotency_key, owner)
+        lambda: store.create(
+            body.kind,
+            body.model,
+            stored,
+            total,
+            chunk,
+            idempotency_key,
+            owner,
+            None if more is not None else rows,
+            status,
+        )
     )
+    if created and more is not None:
+        job = await _receive(request, body, job, rows or [], more)
     if created:
         for index in range(job.n_chunks):
             await anyio.to_thread.run_sync(queue.submit, job.id, index)
@@ -257,9 +329,11 @@ async def job_results(
     a table (CSV, Parquet) with value.<feature> and input.<feature> columns."""
     store = _parts(request)[1]
     job = await anyio.to_thread.run_sync(_job, store, job_id, owner_filter(request))
-    lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
     if format == "jsonl":
-        return StreamingResponse(iter(lines), media_type="application/x-ndjson")
+        return StreamingResponse(
+            _pages(store.result_pages(job_id, offset, limit)), media_type="application/x-ndjson"
+        )
+    lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
     results = [AuditResult.parse(json.loads(line)) for line in lines]
     encode = job_tables.to_csv if format == "csv" else job_tables.to_parquet
     table = await anyio.to_thread.run_sync(encode, results)
@@ -267,6 +341,13 @@ async def job_results(
     name = f"{job.model}-{job.id[:12]}.{format}"
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
     return Response(table, media_type=media, headers=disposition)
+
+
+async def _pages(pages: Iterator[list[str]]) -> AsyncIterator[str]:
+    """A page of results lines at a time, each read off the event loop."""
+    done = object()
+    while (page := await anyio.to_thread.run_sync(next, pages, done)) is not done:
+        yield "".join(cast(list[str], page))
 
 
 @router.get(

@@ -17,6 +17,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from app.auth import acting_as
 from app.errors import ApiError
@@ -150,13 +151,31 @@ def _failed(
     return Retry(backoff_s(failures))
 
 
+def final_status(summary: dict[str, Any], total: int) -> tuple[str, str | None]:
+    """A finished job's status and error from its summary's failed rows (`errors`, and
+    `first_errors` to quote)."""
+    errors = int(summary.get("errors") or 0)
+    if not errors:
+        return "succeeded", None
+    first = (summary.get("first_errors") or [{}])[0]
+    quoted = f"row {first.get('index')}: {first.get('error')} ({first.get('code')})"
+    if errors >= total:
+        return "failed", f"all {total} rows failed; first: {quoted}"
+    return "succeeded_with_errors", f"{errors} of {total} rows failed; first: {quoted}"
+
+
 def complete_job(ctx: JobContext, job_id: str, retries: int = 0) -> Retry | None:
-    """Finish the job as succeeded, with its summary, once every result is stored."""
+    """Finish the job once every result is stored: succeeded, succeeded_with_errors (some
+    rows failed) or failed (every row did), with its summary."""
     try:
         done = ctx.store.add_results(job_id, {})
         job = ctx.store.get(job_id)
         if job is not None and job.status not in FINISHED and done >= job.total:
-            ctx.store.finish(job_id, "succeeded", summary=kind(job.kind).summarise(ctx.store, job))
+            done = ctx.store.recount(job_id)  # the one full count, at the end
+        if job is not None and job.status not in FINISHED and done >= job.total:
+            summary = kind(job.kind).summarise(ctx.store, job)
+            status, error = final_status(summary, job.total)
+            ctx.store.finish(job_id, status, summary=summary, error=error)
     except JobStoreUnavailable:
         return Retry(backoff_s(retries))  # the claim finds the chunk done and tries again
     return None

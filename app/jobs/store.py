@@ -38,7 +38,9 @@ from app.errors import ApiError, NotFound
 from app.jobs.unavailable import watch_engine
 from models.base import Model
 
-FINISHED = ("succeeded", "failed", "cancelled")
+RECEIVING = "receiving"  # an uploaded job whose instances are still being read: nothing runs
+# succeeded_with_errors: finished with every row stored, some of them errors
+FINISHED = ("succeeded", "succeeded_with_errors", "failed", "cancelled")
 
 
 class Base(DeclarativeBase):
@@ -64,6 +66,18 @@ class JobRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     owner: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
+
+
+class InputRow(Base):
+    """One chunk's instances as a JSON list: a chunk reads its own rows, and a status read
+    (cancel checks, polls) parses no instance. Jobs stored before this table keep theirs in
+    the request's `inputs`."""
+
+    __tablename__ = "job_inputs"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    chunk: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[str] = mapped_column(Text)
 
 
 class ResultRow(Base):
@@ -118,6 +132,13 @@ def _job(row: JobRow) -> Job:
     )
 
 
+def with_index(idx: int, payload: str) -> str:
+    """A stored payload (a JSON object) as a results line: {"index": idx, ...the payload}."""
+    if payload.startswith("{") and payload.rstrip() != "{}":
+        return f'{{"index": {idx}, {payload[1:]}\n'
+    return json.dumps({"index": idx, **json.loads(payload)}) + "\n"
+
+
 def scoped_key(owner: str | None, key: str) -> str:
     """What the idempotency column holds: the key as sent for an open service (as before),
     else a digest of (owner, key), so that two keys' `audit-1` are two jobs (and the column's
@@ -165,9 +186,12 @@ class JobStore:
         chunk_size: int,
         idempotency_key: str | None = None,
         owner: str | None = None,
+        inputs: list[Any] | None = None,
+        status: str = "queued",
     ) -> tuple[Job, bool]:
-        """Insert a queued job of `owner`; with an idempotency key this owner used before
-        return that job (False)."""
+        """Insert a queued job of `owner`, its `inputs` (an audit's instances) stored a chunk
+        a row (InputRow); with an idempotency key this owner used before return that job
+        (False)."""
         scoped = None if idempotency_key is None else scoped_key(owner, idempotency_key)
         if scoped is not None:
             existing = self.by_key(scoped)
@@ -177,7 +201,7 @@ class JobStore:
             id=uuid.uuid4().hex,
             kind=kind,
             model=model,
-            status="queued",
+            status=status,
             total=total,
             done=0,
             chunk_size=chunk_size,
@@ -186,9 +210,17 @@ class JobStore:
             created_at=time.time(),
             owner=owner,
         )
+        chunks = []
+        if inputs is not None:
+            chunks = [
+                InputRow(job_id=row.id, chunk=c, payload=json.dumps(inputs[at : at + chunk_size]))
+                for c, at in enumerate(range(0, len(inputs), chunk_size))
+            ]
         try:
             with self.session.begin() as s:
                 s.add(row)
+                s.flush()  # the job row before its inputs (their foreign key)
+                s.add_all(chunks)
         except IntegrityError:  # a concurrent submission with the same key won
             existing = self.by_key(scoped or "")
             if existing is None:
@@ -209,6 +241,54 @@ class JobStore:
             if row is None or (owner is not None and row.owner != owner):
                 return None
             return _job(row)
+
+    def append_inputs(self, job_id: str, chunk: int, rows: list[Any]) -> None:
+        """Store one chunk's instances of a job still `receiving` its upload."""
+        with self.session.begin() as s:
+            s.add(InputRow(job_id=job_id, chunk=chunk, payload=json.dumps(rows)))
+
+    def received(self, job_id: str, total: int) -> Job:
+        """A `receiving` job's upload is complete: `total` instances, queued now."""
+        with self.session.begin() as s:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == RECEIVING)
+                .values(status="queued", total=total)
+            )
+            row = s.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(f"unknown job {job_id!r}", code="unknown_job")
+            return _job(row)
+
+    def discard(self, job_id: str) -> None:
+        """Delete a job that never ran (an upload that failed half-way) with its inputs."""
+        with self.session.begin() as s:
+            s.query(InputRow).filter(InputRow.job_id == job_id).delete()
+            s.query(ResultRow).filter(ResultRow.job_id == job_id).delete()
+            s.query(JobRow).filter(JobRow.id == job_id).delete()
+
+    def status(self, job_id: str) -> str | None:
+        """The job's status column alone (None: no such job): what cancel checks read."""
+        with self.session() as s:
+            return s.scalar(select(JobRow.status).where(JobRow.id == job_id))
+
+    def inputs(self, job: Job, indices: range) -> dict[int, Any]:
+        """The instances at `indices` (within one chunk), read from that chunk's row; a job
+        stored before InputRow keeps them in its request."""
+        if "inputs" in job.request:
+            return {i: job.request["inputs"][i] for i in indices}
+        if not indices:
+            return {}
+        chunk = indices.start // job.chunk_size
+        with self.session() as s:
+            payload = s.scalar(
+                select(InputRow.payload).where(InputRow.job_id == job.id, InputRow.chunk == chunk)
+            )
+        if payload is None:
+            raise KeyError(f"job {job.id} has no inputs stored for chunk {chunk}")
+        rows = json.loads(payload)
+        first = chunk * job.chunk_size
+        return {i: rows[i - first] for i in indices}
 
     def recent(
         self, limit: int = 100, status: str | None = None, owner: str | None = None
@@ -237,29 +317,45 @@ class JobStore:
 
     def add_results(self, job_id: str, results: dict[int, dict[str, Any]]) -> int:
         """Store results, ignoring instances already stored and any result of a job that was
-        cancelled or failed; returns results now stored."""
-        if results:
-            rows = [
-                {"job_id": job_id, "idx": i, "payload": json.dumps(r)} for i, r in results.items()
-            ]
-            dialect = self.engine.dialect.name
-            insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-            with self.session.begin() as s:
-                # Under the job row's lock: a job cancelled (or failed) meanwhile gets nothing
-                # more, even from a chunk that passed its last cancel check a moment ago.
-                status = s.scalar(
-                    select(JobRow.status).where(JobRow.id == job_id).with_for_update()
-                )
-                if status in ("cancelled", "failed"):
-                    rows = []
-                else:
-                    s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
-        count = select(func.count()).where(ResultRow.job_id == job_id).scalar_subquery()
+        cancelled or failed; returns results now stored. `done` grows by the rows this write
+        added (counted over the written range, not the whole job: linear in a job's size)."""
+        if not results:
+            with self.session() as s:
+                return int(s.scalar(select(JobRow.done).where(JobRow.id == job_id)) or 0)
+        rows = [{"job_id": job_id, "idx": i, "payload": json.dumps(r)} for i, r in results.items()]
+        low, high = min(results), max(results)
+
+        def in_range() -> Any:
+            return (
+                select(func.count())
+                .where(ResultRow.job_id == job_id, ResultRow.idx >= low, ResultRow.idx <= high)
+                .scalar_subquery()
+            )
+
+        dialect = self.engine.dialect.name
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         with self.session.begin() as s:
-            # One statement: a concurrent chunk can never write back an older count.
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(done=count))
+            # Under the job row's lock: a job cancelled (or failed) meanwhile gets nothing
+            # more, even from a chunk that passed its last cancel check a moment ago; and
+            # concurrent writes to one range count their rows one after the other.
+            status = s.scalar(select(JobRow.status).where(JobRow.id == job_id).with_for_update())
+            if status not in ("cancelled", "failed"):
+                before = int(s.scalar(select(in_range())) or 0)
+                s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
+                added = int(s.scalar(select(in_range())) or 0) - before
+                if added:
+                    s.execute(
+                        update(JobRow).where(JobRow.id == job_id).values(done=JobRow.done + added)
+                    )
             done = s.scalar(select(JobRow.done).where(JobRow.id == job_id)) or 0
         return int(done)
+
+    def recount(self, job_id: str) -> int:
+        """Set `done` to the results stored (one full count: a job's end, or a repair)."""
+        count = select(func.count()).where(ResultRow.job_id == job_id).scalar_subquery()
+        with self.session.begin() as s:
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(done=count))
+            return int(s.scalar(select(JobRow.done).where(JobRow.id == job_id)) or 0)
 
     def stored_indices(self, job_id: str, indices: range) -> set[int]:
         with self.session() as s:
@@ -293,29 +389,52 @@ class JobStore:
 
     def results(self, job_id: str, offset: int = 0, limit: int | None = None) -> Iterator[str]:
         """Stored result payloads in instance order, from `offset`, as JSON lines."""
-        with self.session() as s:
-            query = (
-                select(ResultRow.idx, ResultRow.payload)
-                .where(ResultRow.job_id == job_id, ResultRow.idx >= offset)
-                .order_by(ResultRow.idx)
-            )
-            if limit is not None:
-                query = query.limit(limit)
-            rows = s.execute(query).all()
-        for idx, payload in rows:
-            yield json.dumps({"index": idx, **json.loads(payload)}) + "\n"
+        for page in self.result_pages(job_id, offset, limit):
+            yield from page
 
-    def all_results(self, job_id: str) -> list[dict[str, Any]]:
+    def result_pages(
+        self, job_id: str, offset: int = 0, limit: int | None = None, page: int = 2000
+    ) -> Iterator[list[str]]:
+        """`results` a page at a time (one query each, from the last index read): a million
+        rows stream out without being held at once. Each line is the stored payload with its
+        `index` put first, without decoding it."""
+        left = limit
+        while left is None or left > 0:
+            size = page if left is None else min(page, left)
+            with self.session() as s:
+                query = (
+                    select(ResultRow.idx, ResultRow.payload)
+                    .where(ResultRow.job_id == job_id, ResultRow.idx >= offset)
+                    .order_by(ResultRow.idx)
+                    .limit(size)
+                )
+                rows = s.execute(query).all()
+            if not rows:
+                return
+            yield [with_index(idx, payload) for idx, payload in rows]
+            offset = rows[-1][0] + 1
+            if left is not None:
+                left -= len(rows)
+            if len(rows) < size:
+                return
+
+    def all_results(self, job_id: str, with_index: bool = False) -> list[dict[str, Any]]:
+        """Every stored result in instance order; `with_index`: each with its `index`."""
         with self.session() as s:
             rows = s.execute(
-                select(ResultRow.payload).where(ResultRow.job_id == job_id).order_by(ResultRow.idx)
+                select(ResultRow.idx, ResultRow.payload)
+                .where(ResultRow.job_id == job_id)
+                .order_by(ResultRow.idx)
             ).all()
-        return [json.loads(p) for (p,) in rows]
+        if with_index:
+            return [{"index": i, **json.loads(p)} for i, p in rows]
+        return [json.loads(p) for _, p in rows]
 
     def delete_all(self) -> None:
         """Testing aid: drop every job and result."""
         with self.session.begin() as s:
             s.query(ResultRow).delete()
+            s.query(InputRow).delete()
             s.query(JobRow).delete()
 
 

@@ -14,7 +14,13 @@ from app.errors import ApiError
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 5
-SQLITE_UNAVAILABLE = ("database is locked", "unable to open database", "disk I/O error")
+# SQLITE_FULL ("database or disk is full") too: the write is retried once space is back
+SQLITE_UNAVAILABLE = (
+    "database is locked",
+    "unable to open database",
+    "disk I/O error",
+    "database or disk is full",
+)
 
 
 class JobStoreUnavailable(ApiError):

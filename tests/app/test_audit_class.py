@@ -1,6 +1,7 @@
-"""A classifier's audit explains one class for every row (issue 28): the first class by default,
-the one `target` names otherwise, never each row's own predicted class; an audit of several
-classes gets a beeswarm and a dependence plot per class (shap's plots take one output)."""
+"""A classifier's audit explains one class for every row: by default the output a synchronous
+explain of the same row explains (API.md's one rule: a binary classifier's positive class), the
+one `target` names otherwise, never each row's own predicted class; an audit of several classes
+gets a beeswarm and a dependence plot per class (shap's plots take one output)."""
 
 from __future__ import annotations
 
@@ -47,30 +48,34 @@ def audit(client: TestClient, rows: list[Any], **fields: Any) -> str:
     return str(job.json()["id"])
 
 
-def test_default_audit_explains_the_first_class_for_every_row(
+def test_default_audit_explains_what_a_synchronous_explain_explains(
     client: TestClient, rows: list[Any]
 ) -> None:
+    """The rows are predicted as both classes; audit and synchronous explain both explain the
+    positive class (benign, output 1) of every row, with the same values."""
     job = audit(client, rows)
     stored = results(client, job)
-    assert [r["explanation"]["output_index"] for r in stored] == [0] * 6
-    assert {r["explanation"]["output_name"] for r in stored} == {"malignant"}
-    # each row's values are those of an explain request for class 0 (the same game)
+    assert [r["explanation"]["output_index"] for r in stored] == [1] * 6
+    assert {r["explanation"]["output_name"] for r in stored} == {"benign"}
     sync = client.post(
-        f"/v2/models/{MODEL}/explain/shapley",
-        json={"inputs": rows[3:4], "target": 0, "budget": BUDGET},
-    ).json()["data"]["explanations"][0]
-    np.testing.assert_allclose(stored[3]["explanation"]["values"], sync["values"], rtol=1e-9)
-    summary = client.get(f"/v2/jobs/{job}").json()["summary"]
-    assert list(summary["per_class"]) == ["malignant"]
-    assert summary["per_class"]["malignant"]["instances"] == 6
+        f"/v2/models/{MODEL}/explain/shapley", json={"inputs": rows, "budget": BUDGET}
+    ).json()["data"]["explanations"]
+    assert [e["output_index"] for e in sync] == [1] * 6
+    for row, alone in zip(stored, sync, strict=True):
+        np.testing.assert_allclose(row["explanation"]["values"], alone["values"], rtol=1e-9)
+    status = client.get(f"/v2/jobs/{job}").json()
+    assert status["status"] == "succeeded"
+    summary = status["summary"]
+    assert list(summary["per_class"]) == ["benign"]
+    assert summary["per_class"]["benign"]["instances"] == 6
     spec = client.get(f"/v2/jobs/{job}/plot?kind=beeswarm&format=vega").json()
     vega_lite_validator().validate(spec)
     assert "vconcat" not in spec and len(spec["data"]["values"]) == 6 * 21  # 20 + the rest
 
 
 def test_target_picks_another_class(client: TestClient, rows: list[Any]) -> None:
-    stored = results(client, audit(client, rows, target="benign"))
-    assert [r["explanation"]["output_index"] for r in stored] == [1] * 6
+    stored = results(client, audit(client, rows, target="malignant"))
+    assert [r["explanation"]["output_index"] for r in stored] == [0] * 6
     default = results(client, audit(client, rows))
     # two classes of a softmax: the attributions of one are minus the other's
     np.testing.assert_allclose(

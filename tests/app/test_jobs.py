@@ -31,7 +31,7 @@ def wait(client: TestClient, job_id: str, timeout: float = 120) -> dict[str, Any
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = client.get(f"/v2/jobs/{job_id}").json()
-        if status["status"] in ("succeeded", "failed", "cancelled"):
+        if status["status"] in ("succeeded", "succeeded_with_errors", "failed", "cancelled"):
             return dict(status)
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish: {status}")

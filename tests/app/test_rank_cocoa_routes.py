@@ -241,7 +241,8 @@ def test_rankshap_and_cocoa_audits_through_the_job_system(
     )
     assert r.status_code == 202, r.text
     status = wait(client, r.json()["id"])
-    assert status["status"] == "succeeded" and status["summary"]["errors"] == 1
+    assert status["status"] == "succeeded_with_errors" and status["summary"]["errors"] == 1
+    assert status["error"].startswith("1 of 3 rows failed; first: row 2: ")
     rows = results(client, status["id"])
     assert set(rows[0]["explanation"]["details"]["terms"][:2]) == {"solar", "electricity"}
     assert set(rows[1]["explanation"]["details"]["terms"][:2]) == {"bread", "flour"}

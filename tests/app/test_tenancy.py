@@ -89,7 +89,7 @@ def wait(client: TestClient, job_id: str, who: str, timeout: float = 120) -> dic
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = client.get(f"/v2/jobs/{job_id}", headers=h(who)).json()
-        if status["status"] in ("succeeded", "failed", "cancelled"):
+        if status["status"] in ("succeeded", "succeeded_with_errors", "failed", "cancelled"):
             return dict(status)
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish: {status}")

@@ -147,7 +147,7 @@ def wait(client: TestClient, job_id: str, timeout: float = 120) -> dict[str, Any
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status: dict[str, Any] = client.get(f"/v2/jobs/{job_id}").json()
-        if status["status"] in ("succeeded", "failed", "cancelled"):
+        if status["status"] in ("succeeded", "succeeded_with_errors", "failed", "cancelled"):
             return status
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} did not finish")

@@ -112,7 +112,7 @@ def _wait(client: TestClient, job: str, timeout: float = 240.0) -> dict[str, Any
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         status = dict(client.get(f"/v2/jobs/{job}").json())
-        if status["status"] in ("succeeded", "failed", "cancelled"):
+        if status["status"] in ("succeeded", "succeeded_with_errors", "failed", "cancelled"):
             return status
         time.sleep(0.2)
     raise TimeoutError(f"job {job} did not finish in {timeout} s")

@@ -148,7 +148,8 @@ def test_text_highlight(inprocess_server: str, page: Page) -> None:
 def test_job_progress(inprocess_server: str, page: Page) -> None:
     page.page.goto(f"{inprocess_server}/?model=breast-cancer-mlp&explainer=shapley")
     page.page.wait_for_selector("#next-example")
-    page.page.fill("#budget", "256")
+    # 80 coalitions over 100 background rows (256 would pay for 2: refused at submission)
+    page.page.fill("#budget", "8000")
     page.page.click("#submit-job")
     page.page.wait_for_function("document.getElementById('status').textContent.includes('job')")
     job_id = page.page.inner_text("#status").split()[1]

@@ -1,0 +1,251 @@
+"""The data plane's batch entry: many instances of one request's fields, each answered from the
+cache under the key a request for that instance alone has, the misses computed together as one
+request (one model call or one TreeSHAP call over many rows), each row's answer cached as that
+one-instance request's answer.
+
+The same service steps as a synchronous request (app/service.py: prepare validates and keys,
+compute runs the explainer under the deadline and shapes the answer); a batch audit (app/jobs/
+audit.py) calls it for each slice of a chunk. An explainer whose rows depend on each other in
+one request (ExplainerSpec.rows_independent False), or a request whose answer holds figures over
+all its instances (target_se's precision, parameters.evaluate, a request background's audit of
+the predicted classes), is computed one instance at a time here: the same answers, row by row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.cache import CacheUnavailable
+from app.errors import ApiError, Unprocessable
+from app.schemas import ExplainResponse, request_model
+from app.service import ExplainService, Prepared, non_finite
+from explainers.games import Cancelled
+from explainers.registry import ExplainerSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RowAnswer:
+    """One instance's answer (a one-instance ExplainResponse) or its error."""
+
+    response: ExplainResponse | None = None
+    cache: str = "miss"  # how it was found: hit, miss or bypass
+    error: str | None = None
+    code: str | None = None
+
+
+class Rows:
+    """A batch of instances of one request's `fields`, prepared (validated and keyed) once."""
+
+    def __init__(
+        self,
+        svc: ExplainService,
+        model: str,
+        spec: ExplainerSpec,
+        fields: dict[str, Any],
+        instances: Sequence[Any],
+    ) -> None:
+        self.svc, self.model, self.spec, self.fields = svc, model, spec, fields
+        self.instances = list(instances)
+
+    def body(self, instances: Sequence[Any]) -> Any:
+        """The request of these instances (raises pydantic's ValidationError)."""
+        return request_model(self.spec)(inputs=list(instances), **self.fields)
+
+    def prepare(self, instances: Sequence[Any]) -> Prepared:
+        """Validate and key these instances as one request (lookup=False: never a hit)."""
+        try:
+            body = self.body(instances)
+        except ValidationError as exc:
+            raise Unprocessable(f"invalid instance: {exc.errors()[0]['msg']}") from None
+        p = self.svc.prepare(self.model, self.spec.name, body, use_cache=True, lookup=False)
+        if not isinstance(p, Prepared):  # lookup=False never answers from the cache
+            raise TypeError(f"prepare answered {type(p).__name__}")
+        return p
+
+
+def batchable(p: Prepared) -> bool:
+    """Whether the request's rows can be computed together and each cached as its own answer."""
+    if not p.spec.rows_independent or p.evaluate is not None:
+        return False
+    if getattr(p.options, "target_se", None) is not None:  # meta.precision: over every row
+        return False
+    # a request background's audit covers the outputs explained: the predicted classes of all
+    # the batch's rows unless a target fixes them
+    return p.background is None or p.target is not None
+
+
+def lookup(svc: ExplainService, keys: list[str]) -> tuple[list[str | None], bool]:
+    """The cached answers of `keys` in one round trip, and whether the cache answered."""
+    try:
+        return svc.cache.get_many(keys), True
+    except CacheUnavailable:
+        return [None] * len(keys), False
+
+
+def split(response: ExplainResponse, rows: int) -> list[ExplainResponse]:
+    """A `rows`-instance answer as one answer per instance (each as if it had been asked alone:
+    its explanations, its model evaluations, its share of the compute time)."""
+    k = len(response.data.explanations) // max(rows, 1)
+    meta, data = response.meta, response.data
+    out = []
+    for i in range(rows):
+        mine = data.explanations[i * k : (i + 1) * k]
+        update = {
+            "n_model_evals": sum(e.n_model_evals for e in mine),
+            "n_instances": 1,
+            "exact": all(e.exact for e in mine),
+            "compute_ms": round(meta.compute_ms / rows, 3),
+        }
+        out.append(
+            response.model_copy(
+                update={
+                    "id": "",
+                    "meta": meta.model_copy(update=update),
+                    "data": data.model_copy(update={"explanations": mine}),
+                }
+            )
+        )
+    return out
+
+
+def _failure(exc: ApiError) -> RowAnswer:
+    return RowAnswer(error=exc.message, code=exc.code)
+
+
+def compute_rows(
+    rows: Rows, p: Prepared, cancel: Callable[[], bool] | None = None
+) -> list[RowAnswer]:
+    """Compute a prepared batch (every row missed the cache) and cache each row's answer; on an
+    error of the batch, each row alone, so that the error is the row's. A crashed model worker
+    and a cancel raise (the caller's attempt stops)."""
+    svc = rows.svc
+    p.cancel = cancel
+    status = p.status  # miss (cache each row) or bypass (the cache is down)
+    try:
+        outcome = svc.compute(p, encode=False)
+        answers = split(outcome.response, len(p.inputs))
+        # each row's JSON (the cache's entry; a NaN anywhere fails here as one request would)
+        blobs = [
+            a.model_copy(update={"meta": a.meta.model_copy(update={"cache": "miss"})}).to_json()
+            for a in answers
+        ]
+    except ValueError:
+        exc = non_finite()
+        if len(p.inputs) == 1:
+            return [_failure(exc)]
+        return [answer_one(rows, x, cancel) for x in p.req.inputs]
+    except ApiError as exc:
+        if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
+            raise
+        if len(p.inputs) == 1:
+            return [_failure(exc)]
+        return [answer_one(rows, x, cancel) for x in p.req.inputs]
+    if outcome.response.meta.partial:  # fewer samples than asked: never served again
+        status = "bypass"
+    if status == "miss":
+        try:
+            svc.cache.set_many(dict(zip(p.row_keys(), blobs, strict=True)))
+        except CacheUnavailable as exc:
+            log.warning("%d answers not cached: %s", len(blobs), exc)
+            status = "bypass"
+    svc.metrics.cache.labels(status).inc(len(answers))
+    return [RowAnswer(a, status) for a in answers]
+
+
+def answer_one(rows: Rows, instance: Any, cancel: Callable[[], bool] | None) -> RowAnswer:
+    """One instance as its own request: from the cache, else computed."""
+    try:
+        p = rows.prepare([instance])
+        hit = cached_rows(rows, p).get(0)
+        return hit if hit is not None else compute_rows(rows, p, cancel)[0]
+    except ApiError as exc:
+        if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
+            raise
+        return _failure(exc)
+
+
+def cached_rows(rows: Rows, p: Prepared) -> dict[int, RowAnswer]:
+    """The rows of a prepared batch that the cache answers (one round trip), by position."""
+    blobs, answered = lookup(rows.svc, p.row_keys())
+    if not answered:
+        p.status = "bypass"
+        return {}
+    hits = {
+        i: RowAnswer(ExplainResponse.model_validate_json(b), "hit")
+        for i, b in enumerate(blobs)
+        if b is not None
+    }
+    if hits:
+        rows.svc.metrics.cache.labels("hit").inc(len(hits))
+    return hits
+
+
+def subset(p: Prepared, positions: list[int]) -> Prepared:
+    """The prepared request of some of its rows (the cache answered the others)."""
+    if len(positions) == len(p.inputs):
+        return p
+    outside = None
+    if p.out_of_range is not None:
+        where = {old: new for new, old in enumerate(positions)}
+        outside = {where[i]: w for i, w in p.out_of_range.items() if i in where}
+    inputs = [p.req.inputs[i] for i in positions]
+    return replace(
+        p,
+        req=p.req.model_copy(update={"inputs": inputs}),
+        inputs=p.inputs[positions],
+        out_of_range=outside,
+    )
+
+
+def answer(rows: Rows, cancel: Callable[[], bool] | None = None) -> list[RowAnswer]:
+    """Every instance of `rows`, in order: the cache's answers in one round trip, the misses
+    computed as one request when the explainer allows it, else one by one. A row that fails
+    validation gets its error; so does every row of a batch that fails when each fails alone."""
+    if not rows.instances:
+        return []
+    try:
+        p = rows.prepare(rows.instances)
+    except ApiError:  # some instance is invalid: each alone says which
+        return [answer_one(rows, x, cancel) for x in rows.instances]
+    if not batchable(p):
+        return [answer_one(rows, x, cancel) for x in rows.instances]
+    answers: dict[int, RowAnswer] = cached_rows(rows, p)
+    misses = [i for i in range(len(rows.instances)) if i not in answers]
+    if misses:
+        sub = subset(p, misses)
+        if sub.req.timeout_ms is not None:  # timeout_ms is per instance: from when they run
+            sub.deadline = time.monotonic() + len(misses) * sub.req.timeout_ms / 1000
+        answers.update(zip(misses, compute_rows(rows, sub, cancel), strict=True))
+    return [answers[i] for i in range(len(rows.instances))]
+
+
+def dry_run(rows: Rows, instance: Any) -> None:
+    """Raise the 4xx that every row would meet (a budget below the estimator's minimum, an
+    option that does not apply): prepare one instance and run its explainer up to its first
+    model call, which is cancelled."""
+    p = rows.prepare([instance])
+    try:
+        rows.svc.compute(replace(p, status="bypass", cancel=lambda: True))
+    except ApiError as exc:
+        if isinstance(exc.__cause__, Cancelled):  # it reached a model call: valid
+            return
+        if exc.status < 500:
+            raise
+
+
+def worker_crashed(exc: BaseException | None) -> bool:
+    """Whether a model call failed because its model worker died or hit a limit (a crash, not
+    an answer about this instance): models/sandbox's ModelWorkerError."""
+    try:
+        from models.sandbox import ModelWorkerError
+    except ImportError:  # a build without model workers
+        return False
+    return isinstance(exc, ModelWorkerError)
