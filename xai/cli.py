@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from xai.client import Client, XaiError
+from xai.errors import AuditRowsFailed, JobFailed
 from xai.results import frame
 
 
@@ -98,25 +100,43 @@ def request_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+def _summary_line(status: dict[str, Any]) -> str:
+    progress = status.get("progress") or {}
+    return (
+        f"job {status.get('id')}: {status.get('status')}, {progress.get('done')}/"
+        f"{progress.get('total')} instances"
+    )
+
+
 def audit(args: argparse.Namespace) -> int:
-    with client(args) as c:
-        result = c.audit(
-            args.model,
-            read_instances(Path(args.file)),
-            explainer=args.explainer,
-            progress=not args.no_progress,
-            idempotency_key=args.idempotency_key,
-            chunk_size=args.chunk_size,
-            **request_fields(args),
-        )
+    """Exit 0 when every row was explained; 1 when the job failed or was cancelled (nothing
+    written) or some rows failed (succeeded_with_errors: the results are written, the failed
+    rows with their errors, and the server's message is a warning on stderr)."""
+    with client(args) as c, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AuditRowsFailed)
+        try:
+            result = c.audit(
+                args.model,
+                read_instances(Path(args.file)),
+                explainer=args.explainer,
+                progress=not args.no_progress,
+                idempotency_key=args.idempotency_key,
+                chunk_size=args.chunk_size,
+                **request_fields(args),
+            )
+        except JobFailed as exc:
+            print(f"xai: error: {exc}", file=sys.stderr)
+            print(_summary_line(exc.status), file=sys.stderr)
+            return 1
+    for w in caught:
+        if issubclass(w.category, AuditRowsFailed):
+            print(f"xai: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     write(result.results, args.output, args.format)
     status = result.status
-    print(
-        f"job {status['id']}: {status['status']}, {status['progress']['done']}/"
-        f"{status['progress']['total']} instances",
-        file=sys.stderr,
-    )
-    return 0 if status["status"] == "succeeded" else 1
+    print(_summary_line(status), file=sys.stderr)
+    return 0 if status["status"] == "succeeded" and not result.errors else 1
 
 
 def explain(args: argparse.Namespace) -> int:

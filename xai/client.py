@@ -3,7 +3,12 @@ and pandas DataFrames. XAI_URL and XAI_API_KEY give the defaults of the server a
 
 Inputs, backgrounds and audit rows may be lists, numpy arrays or pandas DataFrames (columns
 named as the model's features, in any order: xai/inputs.py); `target` an output, a list of
-outputs or "all". Every failure is an XaiError."""
+outputs or "all". Every failure is an XaiError.
+
+An audit that ends `failed` raises JobFailed (`cancelled`: JobCancelled, a JobFailed) with the
+server's message; one that ends `succeeded_with_errors` warns AuditRowsFailed and returns its
+AuditResult (the failed rows in `errors`). A job body over INLINE_LIMIT bytes of JSON is
+uploaded as a JSON-lines file instead (POST /v2/jobs/upload)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import asyncio
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +24,29 @@ from typing import Any
 import httpx
 
 from xai import inputs as convert
-from xai.errors import JobTimeout, ServiceError, Unreachable, XaiError
-from xai.results import AuditResult, Evaluated, Explained, frame, shap_explanation, text_tokens
+from xai.errors import (
+    AuditRowsFailed,
+    JobCancelled,
+    JobFailed,
+    JobTimeout,
+    NoExplanations,
+    ServiceError,
+    Unreachable,
+    XaiError,
+)
+from xai.results import (
+    AuditResult,
+    Evaluated,
+    Explained,
+    failure_message,
+    frame,
+    shap_explanation,
+    text_tokens,
+)
 
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "succeeded_with_errors", "failed", "cancelled")
+INLINE_LIMIT = 8 * 1024 * 1024  # bytes of a job's JSON body; above, its inputs are uploaded
+FORM_FIELD_LIMIT = 1024 * 1024  # the server's multipart parser takes form fields up to 1 MiB
 DEFAULT_URL = "http://127.0.0.1:8000"
 IMAGES = ("png", "svg")
 
@@ -114,6 +139,54 @@ def _plot_result(response: httpx.Response, fmt: str, path: str | Path | None) ->
     if fmt == "shap":
         return shap_explanation(_json(response))
     return _json(response)
+
+
+def _submission(
+    body: dict[str, Any], idempotency_key: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The route and request arguments of a job: its JSON (POST /v2/jobs), or, when that
+    encoded body is over INLINE_LIMIT bytes and the job has inputs, an upload (POST
+    /v2/jobs/upload: form field `job` the job as JSON without inputs, `file` the inputs as
+    JSON lines, one instance a line). The Idempotency-Key goes with either. A job whose
+    fields without inputs (a large background) are over FORM_FIELD_LIMIT stays inline: the
+    server's form parser would refuse its `job` field."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    content = convert.encode(body)
+    inputs = body.get("inputs")
+    job = b""
+    if len(content) > INLINE_LIMIT and isinstance(inputs, list | tuple) and inputs:
+        job = convert.encode({k: v for k, v in body.items() if k != "inputs"})
+    if not job or len(job) > FORM_FIELD_LIMIT:
+        headers["Content-Type"] = "application/json"
+        return "/v2/jobs", {"content": content, "headers": headers}
+    lines = b"".join(convert.encode(instance) + b"\n" for instance in inputs or ())
+    file = ("inputs.jsonl", lines, "application/x-ndjson")
+    form = {"job": job.decode()}
+    return "/v2/jobs/upload", {"data": form, "files": {"file": file}, "headers": headers}
+
+
+def _raise_if_failed(status: dict[str, Any]) -> None:
+    """JobFailed (JobCancelled) with the server's message for an audit that ended failed
+    (cancelled)."""
+    state, job = status.get("status"), status.get("id")
+    if state == "cancelled":
+        raise JobCancelled(status.get("error") or f"audit {job} was cancelled", status)
+    if state == "failed":
+        raise JobFailed(status.get("error") or f"audit {job} failed", status)
+
+
+def _checked(result: AuditResult) -> AuditResult:
+    """The result of a finished audit; AuditRowsFailed warned when some rows failed
+    (succeeded_with_errors, the server's message), JobFailed when every row did. A server
+    from before succeeded_with_errors said `succeeded` for both: the rows tell."""
+    errors, total = result.errors, len(result.results)
+    if not errors and result.status.get("status") != "succeeded_with_errors":
+        return result
+    message = result.status.get("error") or failure_message(errors, total)
+    if errors and len(errors) == total:
+        raise JobFailed(message, result.status)
+    warnings.warn(AuditRowsFailed(message), stacklevel=3)  # at the caller of audit()
+    return result
 
 
 def _line(line: str) -> dict[str, Any]:
@@ -261,8 +334,11 @@ class Client:
         return Evaluated(_json(r))
 
     def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return str(_json(self.request("POST", "/v2/jobs", json=body, headers=headers))["id"])
+        """Submit a job (the JSON of POST /v2/jobs); its id. A body over INLINE_LIMIT bytes
+        of JSON with inputs goes as an upload (POST /v2/jobs/upload, the inputs as JSON
+        lines): the same job, the same Idempotency-Key."""
+        url, sent = _submission(body, idempotency_key)
+        return str(_json(self.request("POST", url, **sent))["id"])
 
     def job(self, job_id: str) -> dict[str, Any]:
         return dict(_json(self.request("GET", f"/v2/jobs/{job_id}")))
@@ -319,7 +395,9 @@ class Client:
         progress: bool = False,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Poll until the job finishes, optionally with a tqdm progress bar."""
+        """Poll until the job finishes (a status in FINAL: succeeded, succeeded_with_errors,
+        failed, cancelled) and return its status, optionally with a tqdm progress bar;
+        JobTimeout after `timeout` seconds."""
         bar = None
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -353,12 +431,20 @@ class Client:
         **fields: Any,
     ) -> AuditResult:
         """Submit an audit of `inputs` (a list of rows or {feature: value} objects, a numpy
-        array or a DataFrame), show progress, wait, and download every result."""
+        array or a DataFrame), show progress, wait, and download every result.
+
+        Raises JobFailed (the server's `error` as message, the status as `status`) when the
+        job ends `failed` (every row failed, or the job did), JobCancelled (a JobFailed) when
+        it ends `cancelled`, JobTimeout after `timeout` seconds. Ends `succeeded_with_errors`
+        (some rows failed): warns AuditRowsFailed with the server's message and returns the
+        result (the failures in `AuditResult.errors`). Inputs whose JSON is over INLINE_LIMIT
+        bytes (8 MiB) are uploaded as a JSON-lines file (POST /v2/jobs/upload)."""
         explained = self._request_body(model, inputs, {**fields, "chunk_size": chunk_size})
         body = {"kind": "audit", "model": model, "explainer": explainer, **explained}
         job_id = self.submit(body, idempotency_key)
         status = self.wait(job_id, progress=progress, timeout=timeout)
-        return AuditResult(status, list(self.results(job_id)))
+        _raise_if_failed(status)
+        return _checked(AuditResult(status, list(self.results(job_id))))
 
 
 class AsyncClient:
@@ -428,9 +514,9 @@ class AsyncClient:
         return Explained(_json(r))
 
     async def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        r = await self.request("POST", "/v2/jobs", json=body, headers=headers)
-        return str(_json(r)["id"])
+        """As Client.submit: inline JSON, or an upload over INLINE_LIMIT bytes."""
+        url, sent = _submission(body, idempotency_key)
+        return str(_json(await self.request("POST", url, **sent))["id"])
 
     async def job(self, job_id: str) -> dict[str, Any]:
         return dict(_json(await self.request("GET", f"/v2/jobs/{job_id}")))
@@ -442,6 +528,18 @@ class AsyncClient:
         r = await self.request("GET", f"/v2/jobs/{job_id}/results", params={"offset": offset})
         return [_line(line) for line in r.text.splitlines() if line]
 
+    async def wait(
+        self, job_id: str, *, poll: float = 0.5, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Poll until the job's status is in FINAL and return it; JobTimeout after
+        `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (status := await self.job(job_id))["status"] not in FINAL:
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobTimeout(f"job {job_id} still {status['status']} after {timeout} s")
+            await asyncio.sleep(poll)
+        return status
+
     async def audit(
         self,
         model: str,
@@ -449,23 +547,31 @@ class AsyncClient:
         *,
         explainer: str = "shapley",
         poll: float = 0.5,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
         **fields: Any,
     ) -> AuditResult:
+        """As Client.audit: JobFailed / JobCancelled for a failed / cancelled audit,
+        AuditRowsFailed warned for succeeded_with_errors, large inputs uploaded."""
         explained = await self._request_body(model, inputs, fields)
         body = {"kind": "audit", "model": model, "explainer": explainer, **explained}
-        job_id = await self.submit(body)
-        while (status := await self.job(job_id))["status"] not in FINAL:
-            await asyncio.sleep(poll)
-        return AuditResult(status, await self.results(job_id))
+        job_id = await self.submit(body, idempotency_key)
+        status = await self.wait(job_id, poll=poll, timeout=timeout)
+        _raise_if_failed(status)
+        return _checked(AuditResult(status, await self.results(job_id)))
 
 
 __all__ = [
     "AsyncClient",
     "AuditResult",
+    "AuditRowsFailed",
     "Client",
     "Evaluated",
     "Explained",
+    "JobCancelled",
+    "JobFailed",
     "JobTimeout",
+    "NoExplanations",
     "ServiceError",
     "Unreachable",
     "XaiError",

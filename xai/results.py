@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from xai.errors import NoExplanations
+
 
 def text_tokens(text: Any, players: list[dict[str, Any]]) -> list[str]:
     """Each player's text with the characters up to the next player ('The ', 'food ', ...), as
@@ -130,6 +132,13 @@ class Explained:
     asked, and the arrays gain a last axis of outputs (shap's multi-output layout)."""
 
     raw: dict[str, Any]
+    # Each instance's index in its audit (AuditResult.explained: the failed rows are left
+    # out); None: the instances are 0, 1, 2, ...
+    indices: tuple[int, ...] | None = None
+
+    @property
+    def _indices(self) -> list[int]:
+        return list(self.indices) if self.indices is not None else list(range(len(self._groups)))
 
     @property
     def explanations(self) -> list[dict[str, Any]]:
@@ -185,10 +194,14 @@ class Explained:
     def instance_names(self) -> list[str]:
         """'<i>: <output name>': each instance explains its own output (as format=shap names
         them; shap's output_names would describe an output axis, which there is none of);
-        with several targets, '<i>' (the outputs are the output axis)."""
+        with several targets, '<i>' (the outputs are the output axis). `<i>` is the
+        instance's index in its audit for AuditResult.explained()."""
         if self.output_names is not None:
-            return [str(i) for i in range(len(self._groups))]
-        return [f"{i}: {e['output_name']}" for i, e in enumerate(self.explanations)]
+            return [str(i) for i in self._indices]
+        return [
+            f"{i}: {e['output_name']}"
+            for i, e in zip(self._indices, self.explanations, strict=True)
+        ]
 
     def to_frame(self) -> Any:
         """One row per instance and output (see `frame`)."""
@@ -196,7 +209,7 @@ class Explained:
         return frame(
             [
                 {"index": i, "explanation": e, "feature_names": names}
-                for i, g in enumerate(self._groups)
+                for i, g in zip(self._indices, self._groups, strict=True)
                 for e in g
             ]
         )
@@ -240,9 +253,30 @@ class Explained:
         )
 
 
+def _explained(result: dict[str, Any]) -> bool:
+    """Whether a result line holds an explanation (one, or one per target)."""
+    return "explanation" in result or "explanations" in result
+
+
+def failure_message(errors: list[dict[str, Any]], total: int) -> str:
+    """The server's wording for failed rows: '3 of 20 rows failed; first: row 0: <error>
+    (<code>)'."""
+    if not errors:
+        return f"0 of {total} rows failed"
+    first = errors[0]
+    return (
+        f"{len(errors)} of {total} rows failed; first: row {first.get('index')}: "
+        f"{first.get('error')} ({first.get('code')})"
+    )
+
+
 @dataclass(frozen=True)
 class AuditResult:
-    """A finished job: its final status (with summary) and every result line."""
+    """A finished job: its final status (with summary) and every result line.
+
+    A row that failed is a line `{"index", "error", "code"}` without an explanation: `errors`
+    lists them, `to_frame()` shows them in `error` and `code` columns, and `explained()` and
+    `to_shap()` leave them out."""
 
     status: dict[str, Any]
     results: list[dict[str, Any]] = field(default_factory=list)
@@ -251,30 +285,64 @@ class AuditResult:
     def summary(self) -> dict[str, Any]:
         return dict(self.status.get("summary") or {})
 
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """The failed rows, in instance order: {"index", "code", "error"} each."""
+        return [
+            {"index": r.get("index"), "code": r.get("code"), "error": r.get("error")}
+            for r in self.results
+            if not _explained(r)
+        ]
+
     def to_frame(self) -> Any:
         """One row per instance: index, output, base value, output value, a column per
-        feature (errors in an `error` column)."""
+        feature; a failed row has its message and code in `error` and `code` columns (and no
+        values). Every row is kept, also when all of them failed."""
         return frame(self.results)
 
     def explained(self) -> Explained:
-        """The successful instances as one answer (several targets: the class axis kept)."""
-        several = [r for r in self.results if "explanations" in r]
-        ok = [r for r in flat_results(self.results) if "explanation" in r]
+        """The instances that have explanations as one answer (several targets: the class
+        axis kept); failed rows are left out (see `errors`), and each instance keeps its index
+        in the audit (`Explained.indices`, the instance names). NoExplanations (an XaiError
+        naming the first row's error) when no row has one."""
+        answered = [r for r in self.results if _explained(r)]
+        if not answered:
+            errors = self.errors
+            job = self.status.get("id")
+            where = f"audit {job}" if job else "the audit"
+            if not errors:
+                raise NoExplanations(f"{where} has no results to convert")
+            raise NoExplanations(
+                f"{where} has no explanation to convert: "
+                f"{failure_message(errors, len(self.results))}"
+            )
+        several = [r for r in answered if "explanations" in r]
+        ok = [r for r in flat_results(answered) if "explanation" in r]
         meta: dict[str, Any] = {}
         if several:
             names = [e["output_name"] for e in several[0]["explanations"]]
             meta["targets"] = {"output_names": names}
+        indices = tuple(
+            int(r["index"]) if r.get("index") is not None else i
+            for i, r in enumerate(self.results)
+            if _explained(r)
+        )
         return Explained(
             {
                 "data": {
-                    "feature_names": ok[0]["feature_names"] if ok else [],
+                    "feature_names": ok[0].get("feature_names") or [],
                     "explanations": [r["explanation"] for r in ok],
                 },
                 "meta": meta,
-            }
+            },
+            indices=indices,
         )
 
     def to_shap(self) -> Any:
+        """A shap.Explanation of the instances that have explanations (as Explained.to_shap):
+        rows with errors are left out, so its rows are the audit's instances without the
+        failed ones (`errors` lists those; `instance_names` start with each row's index in
+        the audit). NoExplanations (an XaiError) when every row failed."""
         return self.explained().to_shap()
 
 

@@ -1046,11 +1046,33 @@ function plotImage(path, alt) {
 
 function percent(x) { return `${Math.round(100 * x)}%`; }
 
+// a job's final statuses (GET /v2/jobs/{id}): succeeded_with_errors finished with some rows failed
+const FINISHED = ["succeeded", "succeeded_with_errors", "failed", "cancelled"];
+const STATUS_CLASS = { failed: "error", succeeded_with_errors: "warning" };
+
+// why a finished audit has no global plot: every row failed (the job's message), it was
+// cancelled or failed as a whole, or its players differ per instance (text)
+function noPlotReason(job, s) {
+  const explained = typeof s.instances === "number" ? s.instances - (s.errors || 0) : 0;
+  if (!explained) {
+    const first = (s.first_errors || [])[0];
+    const reason = job.error || (first ? `row ${first.index}: ${first.error} (${first.code})`
+      : job.status === "cancelled" ? "the job was cancelled" : "no instance was explained");
+    return `no global plot: no instance was explained: ${reason}`;
+  }
+  const model = state.models.find((m) => m.name === job.model);
+  if ((model && model.modality === "text") || (s.per_class && !s.feature_names)) {
+    return "no global plot: the players of a text audit differ per instance";
+  }
+  return "no global plot: the summary names no features";
+}
+
 async function showJob(id) {
   const box = $("job-view");
   box.hidden = false;
   box.dataset.job = id;
   box.dataset.state = "loading";
+  delete box.dataset.status;
   for (const tr of $("jobs").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.job === id);
   let job;
   try { job = await api(`/v2/jobs/${id}`); } catch (err) { box.replaceChildren(el("p", { class: "error", text: err.message })); return; }
@@ -1058,18 +1080,31 @@ async function showJob(id) {
   const s = job.summary || {};
   const took = job.finished_at && job.started_at ? ` · ${duration(1000 * (job.finished_at - job.started_at))}` : "";
   const parts = [el("h3", { text: `Job ${id.slice(0, 12)} · ${job.kind} · ${job.model} · ${job.status}${took}` })];
-  if (job.error) parts.push(el("p", { class: "error", text: job.error }));
-  const finished = ["succeeded", "failed", "cancelled"].includes(job.status);
+  if (job.error) parts.push(el("p", { class: "error", "data-testid": "job-error", text: job.error }));
+  const finished = FINISHED.includes(job.status);
+  box.dataset.status = job.status;
   if (job.kind !== "audit" || !finished) {
-    parts.push(el("p", { class: "muted", text: finished ? "" : "the results show here when the job has finished (click the row again)" }));
+    parts.push(el("p", { class: "muted", text: finished ? "" : "the results show here when the job has finished" }));
     if (job.summary) parts.push(el("pre", { text: JSON.stringify(job.summary, null, 2) }));
     box.replaceChildren(...parts);
     box.dataset.state = "done";
     return;
   }
-  parts.push(el("p", { text: `${s.instances} instances · ${s.errors} errors · ${s.cache_hits ?? 0} from the cache` }));
+  if (typeof s.instances === "number") {
+    const failed = s.errors || 0;
+    parts.push(el("p", { "data-testid": "job-counts", "data-errors": String(failed), "data-instances": String(s.instances) },
+      `${s.instances} instances · `, el("span", { class: failed ? "error" : null, text: `${failed} failed` }),
+      ` · ${s.cache_hits ?? 0} from the cache`));
+  }
+  if (s.first_errors && s.first_errors.length) {
+    parts.push(el("ul", { class: "warnings", "data-testid": "job-errors" }, ...s.first_errors.map((e) =>
+      el("li", { class: "error", "data-index": String(e.index), "data-code": e.code || "" },
+        el("strong", { text: `row ${e.index}` }), `: ${e.error} (${e.code})`)),
+      s.errors > s.first_errors.length ? el("li", { class: "muted", text: `and ${s.errors - s.first_errors.length} more (the results' error column)` }) : null));
+  }
   const warnings = Object.entries(s.warnings || {});
-  parts.push(warnings.length
+  const explained = (s.instances || 0) - (s.errors || 0);
+  if (explained > 0) parts.push(warnings.length
     ? el("ul", { class: "warnings", "data-testid": "job-warnings" }, ...warnings.map(([code, n]) =>
       el("li", { class: "warning", "data-code": code, "data-count": String(n) }, el("strong", { text: code.replaceAll("_", " ") }), `: ${n} of ${s.instances} instances`)))
     : el("p", { class: "muted", "data-testid": "job-warnings", text: "no warnings on any instance" }));
@@ -1099,7 +1134,7 @@ async function showJob(id) {
       plotImage(`${base}/plot?kind=beeswarm&format=svg`, "beeswarm plot"),
       el("div", {}, el("label", {}, "Dependence on", feature), dependence)));
   } else {
-    parts.push(el("p", { class: "muted", text: "no global plot: the players of a text audit differ per instance" }));
+    parts.push(el("p", { class: "muted", "data-testid": "no-global-plot", text: noPlotReason(job, s) }));
   }
   const name = `${job.model}-${id.slice(0, 12)}`;
   parts.push(el("div", { class: "downloads", "data-testid": "job-downloads" }, "Download results: ",
@@ -1138,10 +1173,15 @@ async function pollJobs(once = false) {
     $("jobs").tBodies[0].replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.id, "data-status": j.status,
       class: j.id === $("job-view").dataset.job ? "selected" : null, title: "show this job", onclick: () => showJob(j.id) },
       el("td", { text: j.id.slice(0, 12) }), el("td", { text: j.kind }), el("td", { text: j.model }),
-      el("td", { text: j.status, class: j.status === "failed" ? "error" : null, title: j.error || "" }),
+      el("td", { text: j.status, class: STATUS_CLASS[j.status] || null, title: j.error || "" }),
       el("td", {}, el("progress", { max: String(Math.max(1, j.progress.total)), value: String(j.progress.done) }),
         ` ${j.progress.done}/${j.progress.total}${j.progress.eta_s ? ` · ${Math.round(j.progress.eta_s)} s left` : ""}`),
       el("td", { text: new Date(j.created_at * 1000).toLocaleTimeString() }))));
+    // the job on view was unfinished and has finished since: show its results
+    const view = $("job-view");
+    const shown = jobs.find((j) => j.id === view.dataset.job);
+    if (shown && view.dataset.state === "done" && view.dataset.status && !FINISHED.includes(view.dataset.status)
+        && FINISHED.includes(shown.status)) showJob(shown.id);
   } catch (err) {
     $("jobs").tBodies[0].replaceChildren(el("tr", {}, el("td", { colspan: "6", class: "muted", text: `jobs: ${err.message}` })));
   }
