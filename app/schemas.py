@@ -85,7 +85,8 @@ class ExplainRequestBase(BaseModel):
         None,
         description="output index or name; a list of them, or \"all\": one explanation per "
         "output asked for, in that order, for each instance (output_index says which); "
-        "default: the predicted class, or the single output",
+        "default (one rule for every route): a binary classifier's positive class (the "
+        "second output), a multi-class classifier's predicted class, a regressor's output",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1)
     budget: int | None = Field(

@@ -293,3 +293,26 @@ def test_a_chunk_that_kills_its_worker_fails_the_job(setup: Setup) -> None:
         assert status["error"] == f"chunk 0 failed 2 times; the last: {LOST}"
         assert status["progress"]["done"] < 40
         assert sum(w.poll() is None for w in setup.workers) == 1  # the third one lives on
+
+
+def test_a_broker_restart_loses_no_job(setup: Setup) -> None:
+    """Redis restarts without persistence while a worker runs chunk 0 and the other chunks wait
+    in it: their messages are gone. The worker's sweeper sees the broker's new run_id and
+    queues them again at once, though JOB_VISIBILITY_TIMEOUT_S (300 s here) has not passed:
+    the job finishes within a minute of the broker coming back, each row stored once."""
+    proc = setup.worker(JOB_VISIBILITY_TIMEOUT_S="300")
+    setup.wait_ready(proc)
+    body = audit(rows=40, budget=6000, chunk=8)
+    with setup.client() as client:
+        job_id = client.post("/v2/jobs", json=body).json()["id"]
+        holder(setup, job_id, None)  # chunk 0 runs; chunks 1-4 wait in Redis
+        setup.redis.stop()
+        setup.redis.start()  # the same port, empty
+        back = time.monotonic()
+        deadline = back + 60
+        while (status := client.get(f"/v2/jobs/{job_id}").json())["status"] != "succeeded":
+            assert time.monotonic() < deadline, f"{status}\n{setup.worker_log()}"
+            time.sleep(0.2)
+        assert [r["index"] for r in lines(client, job_id)] == list(range(40))
+        assert status["progress"]["done"] == 40
+        assert "the broker restarted" in setup.worker_log()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from functools import partial
 
 from celery import Task
 
@@ -18,7 +19,7 @@ from app.service import ExplainService
 from app.settings import Settings
 from models.registry import ModelRegistry
 from models.store import ModelStore
-from worker.celery_app import make_celery
+from worker.celery_app import make_celery, redis_epoch
 
 
 def main() -> None:
@@ -68,7 +69,8 @@ def main() -> None:
         app.send_task(TASK_NAME, args=[job_id, chunk])
 
     lost_after_s = float(settings.job_visibility_timeout_s)
-    Sweeper(ctx, enqueue, lost_after_s, settings.job_sweep_interval_s).start()
+    epoch = partial(redis_epoch, settings.redis_url)
+    Sweeper(ctx, enqueue, lost_after_s, settings.job_sweep_interval_s, epoch).start()
 
     app.worker_main(
         [

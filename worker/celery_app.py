@@ -24,3 +24,14 @@ def make_celery(broker_url: str, visibility_timeout_s: int) -> Celery:
         task_ignore_result=True,
     )
     return app
+
+
+def redis_epoch(url: str) -> str | None:
+    """The broker's identity: Redis's run_id, new at every restart (the sweeper's `epoch`)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        return str(client.info("server")["run_id"])
+    finally:
+        client.close()

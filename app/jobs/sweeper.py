@@ -29,8 +29,11 @@ class Sweeper:
         enqueue: Callable[[str, int], None],
         lost_after_s: float | None,
         interval_s: float,
+        epoch: Callable[[], str | None] | None = None,
     ) -> None:
         self.ctx = ctx
+        self.epoch = epoch
+        self.seen: str | None = None  # the broker's epoch at the last pass that read one
         self.enqueue = enqueue
         self.lost_after_s = lost_after_s
         self.interval_s = interval_s
@@ -39,7 +42,11 @@ class Sweeper:
 
     def sweep(self) -> int:
         """One pass; the number of chunks queued again."""
-        stale, complete = self.ctx.chunks.stale(self.lost_after_s)
+        lost_after_s = self.lost_after_s
+        if self.restarted():
+            log.warning("sweeper: the broker restarted; chunks waiting in it are queued again")
+            lost_after_s = 0.0
+        stale, complete = self.ctx.chunks.stale(lost_after_s)
         for job_id in complete:
             complete_job(self.ctx, job_id)
         queued = 0
@@ -56,6 +63,19 @@ class Sweeper:
         if queued:
             log.info("sweeper: %d chunks queued again", queued)
         return queued
+
+    def restarted(self) -> bool:
+        """Whether the broker's epoch changed since the last pass that read one."""
+        if self.epoch is None:
+            return False
+        try:
+            now = self.epoch()
+        except Exception:  # the broker is down: nothing to compare yet
+            return False
+        changed = now is not None and self.seen is not None and now != self.seen
+        if now is not None:
+            self.seen = now
+        return changed
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
