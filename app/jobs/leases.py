@@ -238,12 +238,15 @@ class ChunkStore:
                 .values(enqueued_at=None)
             )
 
-    def stale(self, lost_after_s: float | None) -> tuple[list[Stale], list[str]]:
+    def stale(
+        self, lost_after_s: float | None, lost_before: float | None = None
+    ) -> tuple[list[Stale], list[str]]:
         """Chunks of unfinished jobs to queue again, and the unfinished jobs whose chunks are
         all done (their finishing write failed). A chunk is queued again when it was never
         queued (its submission failed), when its holder's lease lapsed (once per lapse), or,
         with `lost_after_s`, when it waited that long unclaimed (a message the broker lost;
-        the wait doubles with each re-queue, so a long queue is not flooded with copies)."""
+        the wait doubles with each re-queue, so a long queue is not flooded with copies), and
+        when it was queued before `lost_before` (the time its broker was seen restarted)."""
         columns = (JobRow.id, JobRow.total, JobRow.chunk_size, JobRow.created_at)
         unfinished = JobRow.status.in_(("queued", "running"))
         with self.session() as s:  # not the requests: they may be megabytes
@@ -269,7 +272,7 @@ class ChunkStore:
             if all(c is not None and c.done for c in chunks):
                 complete.append(job_id)
             for c in chunks:
-                if c is not None and not c.done and _is_stale(c, now, lost_after_s):
+                if c is not None and not c.done and _is_stale(c, now, lost_after_s, lost_before):
                     stale.append(Stale(c.job_id, c.idx, c.enqueued_at, c.attempts))
         return stale, complete
 
@@ -290,12 +293,16 @@ class ChunkStore:
             return bool(cast(CursorResult[Any], changed).rowcount)
 
 
-def _is_stale(c: ChunkRow, now: float, lost_after_s: float | None) -> bool:
+def _is_stale(
+    c: ChunkRow, now: float, lost_after_s: float | None, lost_before: float | None = None
+) -> bool:
     lapsed = c.holder is not None and (c.lease_until or 0) < now
     if c.holder is not None and not lapsed:
         return False  # a live worker holds it
     if c.enqueued_at is None:
         return True
+    if lost_before is not None and c.enqueued_at < lost_before:
+        return True  # queued in a broker that restarted since
     if lapsed and c.enqueued_at < (c.lease_until or 0):
         return True  # not queued again since its holder died
     if lost_after_s is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from app.jobs.context import JobContext
@@ -34,6 +35,7 @@ class Sweeper:
         self.ctx = ctx
         self.epoch = epoch
         self.seen: str | None = None  # the broker's epoch at the last pass that read one
+        self.lost_before: float | None = None  # when a restart was last seen (time.time())
         self.enqueue = enqueue
         self.lost_after_s = lost_after_s
         self.interval_s = interval_s
@@ -42,11 +44,10 @@ class Sweeper:
 
     def sweep(self) -> int:
         """One pass; the number of chunks queued again."""
-        lost_after_s = self.lost_after_s
         if self.restarted():
             log.warning("sweeper: the broker restarted; chunks waiting in it are queued again")
-            lost_after_s = 0.0
-        stale, complete = self.ctx.chunks.stale(lost_after_s)
+            self.lost_before = time.time()
+        stale, complete = self.ctx.chunks.stale(self.lost_after_s, self.lost_before)
         for job_id in complete:
             complete_job(self.ctx, job_id)
         queued = 0
