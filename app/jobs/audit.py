@@ -7,6 +7,7 @@ one default-target rule (app/inputs.py default_target), or the request's `target
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,27 @@ def result(row: RowAnswer) -> AuditResult:
     return AuditResult.of_answer(row.response, row.cache)
 
 
+def payload(row: RowAnswer) -> dict[str, Any] | str:
+    """The stored JSON of one row's answer (AuditResult.stored's), made of the explanations'
+    JSON when the batch encoded them."""
+    answer = row.response
+    if answer is None or not row.texts:
+        return result(row).stored()
+    several = answer.meta.targets is not None
+    head = (
+        '{"explanations": [' + ", ".join(row.texts) + "]"
+        if several
+        else '{"explanation": ' + row.texts[0]
+    )
+    tail = [
+        f'"feature_names": {json.dumps(list(answer.data.feature_names))}',
+        f'"cache": {json.dumps(row.cache)}',
+    ]
+    if answer.meta.background_audit is not None:
+        tail.append(f'"background_audit": {json.dumps(answer.meta.background_audit)}')
+    return head + ", " + ", ".join(tail) + "}"
+
+
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     """Answer the chunk's missing instances a slice at a time (app/batch.py answer), storing
     each slice's results in one write. The first slice has FIRST_SLICE instances; the next ones
@@ -109,7 +131,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             raise
         if watch(fresh=True):
             return
-        stored = {i: result(a).stored() for i, a in zip(part, answers, strict=True)}
+        stored = {i: payload(a) for i, a in zip(part, answers, strict=True)}
         store_results(ctx, job.id, stored)
         done += len(part)
         per_row = (time.perf_counter() - start) / len(part)
