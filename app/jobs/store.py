@@ -400,9 +400,16 @@ class JobStore:
     def result_pages(
         self, job_id: str, offset: int = 0, limit: int | None = None, page: int = 2000
     ) -> Iterator[list[str]]:
-        """`results` a page at a time (one query each, from the last index read): a million
-        rows stream out without being held at once. Each line is the stored payload with its
-        `index` put first, without decoding it."""
+        """`results` a page at a time: a million rows stream out without being held at once.
+        Each line is the stored payload with its `index` put first, without decoding it."""
+        for rows in self.payload_pages(job_id, offset, limit, page):
+            yield [with_index(idx, payload) for idx, payload in rows]
+
+    def payload_pages(
+        self, job_id: str, offset: int = 0, limit: int | None = None, page: int = 2000
+    ) -> Iterator[list[tuple[int, str]]]:
+        """Stored (index, payload) pairs in instance order, a page at a time (one query each,
+        from the last index read)."""
         left = limit
         while left is None or left > 0:
             size = page if left is None else min(page, left)
@@ -413,10 +420,10 @@ class JobStore:
                     .order_by(ResultRow.idx)
                     .limit(size)
                 )
-                rows = s.execute(query).all()
+                rows = [(int(i), str(p)) for i, p in s.execute(query).all()]
             if not rows:
                 return
-            yield [with_index(idx, payload) for idx, payload in rows]
+            yield rows
             offset = rows[-1][0] + 1
             if left is not None:
                 left -= len(rows)
