@@ -69,7 +69,9 @@ class Rows:
             body = self.body(instances)
         except ValidationError as exc:
             raise Unprocessable(f"invalid instance: {exc.errors()[0]['msg']}") from None
-        p = self.svc.prepare(self.model, self.spec.name, body, use_cache=True, lookup=False)
+        p = self.svc.prepare(
+            self.model, self.spec.name, body, use_cache=True, lookup=False, whole_key=False
+        )
         if not isinstance(p, Prepared):  # lookup=False never answers from the cache
             raise TypeError(f"prepare answered {type(p).__name__}")
         return p
@@ -226,6 +228,7 @@ def subset(p: Prepared, positions: list[int]) -> Prepared:
         req=p.req.model_copy(update={"inputs": inputs}),
         inputs=p.inputs[positions],
         out_of_range=outside,
+        keys=None if p.keys is None else [p.keys[i] for i in positions],
     )
 
 
