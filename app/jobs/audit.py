@@ -246,6 +246,17 @@ class _Tally:
             self.blocks.append(np.abs(np.asarray(block, dtype=np.float64)))
 
 
+DEFAULT_TARGET_RULE = (
+    "default, as a synchronous explain of each row: a binary classifier's positive class (its "
+    "second output), a multi-class classifier's predicted class, a regressor's output"
+)
+
+
+def target_said(asked: Any) -> str:
+    """Which output the audit explains, in words (per_class says which were explained)."""
+    return DEFAULT_TARGET_RULE if asked is None else f"as asked: {json.dumps(asked)}"
+
+
 def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
     """Mean |value| per feature, per explained class, how stable the top features are, how
     many instances carry each warning code, and the rows that failed. With several targets,
@@ -258,6 +269,7 @@ def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]
         "instances": tally.instances,
         "errors": tally.errors,
         "first_errors": tally.failed,
+        "target": target_said(job.request.get("fields", {}).get("target")),
     }
     if not tally.explained:
         return summary
