@@ -13,6 +13,7 @@ the predicted classes), is computed one instance at a time here: the same answer
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +40,9 @@ class RowAnswer:
     cache: str = "miss"  # how it was found: hit, miss or bypass
     error: str | None = None
     code: str | None = None
+    # each explanation's JSON when this batch encoded it (the cache entry's pieces): a stored
+    # result is made of them, not encoded again (app/jobs/audit.py)
+    texts: tuple[str, ...] = ()
 
 
 class Rows:
@@ -65,7 +69,9 @@ class Rows:
             body = self.body(instances)
         except ValidationError as exc:
             raise Unprocessable(f"invalid instance: {exc.errors()[0]['msg']}") from None
-        p = self.svc.prepare(self.model, self.spec.name, body, use_cache=True, lookup=False)
+        p = self.svc.prepare(
+            self.model, self.spec.name, body, use_cache=True, lookup=False, whole_key=False
+        )
         if not isinstance(p, Prepared):  # lookup=False never answers from the cache
             raise TypeError(f"prepare answered {type(p).__name__}")
         return p
@@ -133,10 +139,7 @@ def compute_rows(
         outcome = svc.compute(p, encode=False)
         answers = split(outcome.response, len(p.inputs))
         # each row's JSON (the cache's entry; a NaN anywhere fails here as one request would)
-        blobs = [
-            a.model_copy(update={"meta": a.meta.model_copy(update={"cache": "miss"})}).to_json()
-            for a in answers
-        ]
+        encoded = [encode(a) for a in answers]
     except ValueError:
         exc = non_finite()
         if len(p.inputs) == 1:
@@ -152,12 +155,35 @@ def compute_rows(
         status = "bypass"
     if status == "miss":
         try:
-            svc.cache.set_many(dict(zip(p.row_keys(), blobs, strict=True)))
+            svc.cache.set_many(dict(zip(p.row_keys(), (b for b, _ in encoded), strict=True)))
         except CacheUnavailable as exc:
-            log.warning("%d answers not cached: %s", len(blobs), exc)
+            log.warning("%d answers not cached: %s", len(encoded), exc)
             status = "bypass"
     svc.metrics.cache.labels(status).inc(len(answers))
-    return [RowAnswer(a, status) for a in answers]
+    return [RowAnswer(a, status, texts=t) for a, (_, t) in zip(answers, encoded, strict=True)]
+
+
+SHELL_END = '"explanations": []}}'
+
+
+def encode(answer: ExplainResponse) -> tuple[str, tuple[str, ...]]:
+    """A one-instance answer's JSON as the cache stores it (ExplainResponse.to_json's bytes, id
+    "" and meta.cache "miss") and each explanation's JSON, encoded once for both: the answer
+    is its shell (explanations empty, the last field) with them put in. ValueError on NaN."""
+    texts = tuple(
+        json.dumps(e.model_dump(exclude_unset=True), allow_nan=False)
+        for e in answer.data.explanations
+    )
+    shell = answer.model_copy(
+        update={
+            "meta": answer.meta.model_copy(update={"cache": "miss"}),
+            "data": answer.data.model_copy(update={"explanations": []}),
+        }
+    ).to_json()
+    if not shell.endswith(SHELL_END):  # another layout: encode it whole
+        full = answer.model_copy(update={"meta": answer.meta.model_copy(update={"cache": "miss"})})
+        return full.to_json(), texts
+    return shell[: -len("[]}}")] + "[" + ", ".join(texts) + "]}}", texts
 
 
 def answer_one(rows: Rows, instance: Any, cancel: Callable[[], bool] | None) -> RowAnswer:
@@ -202,6 +228,7 @@ def subset(p: Prepared, positions: list[int]) -> Prepared:
         req=p.req.model_copy(update={"inputs": inputs}),
         inputs=p.inputs[positions],
         out_of_range=outside,
+        keys=None if p.keys is None else [p.keys[i] for i in positions],
     )
 
 

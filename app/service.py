@@ -122,6 +122,7 @@ class Prepared:
     default_limit: bool = False  # the limit is the server's DEFAULT_TIMEOUT_MS
     cancel: Callable[[], bool] | None = None  # true once the caller withdrew (client left)
     key_parts: dict[str, Any] | None = None  # the cache key's parts but the instances
+    keys: list[str] | None = None  # row_keys, once made
 
     def row_key(self, i: int) -> str:
         """The cache key of instance i sent alone (one-instance request, same fields): a batch
@@ -131,6 +132,8 @@ class Prepared:
     def row_keys(self) -> list[str]:
         """row_key of every instance: `keyed`'s canonical JSON made once with two slots, each
         row's digests put in (the same bytes as keyed's for that row alone)."""
+        if self.keys is not None:
+            return self.keys
         if self.key_parts is None:
             raise ValueError("a request prepared without its key's parts")
         slots = {**self.key_parts, "as_sent": SLOT_SENT, "inputs": SLOT_INPUTS}
@@ -138,10 +141,11 @@ class Prepared:
         # sorted keys: "as_sent" comes before "inputs"
         a, rest = template.split(json.dumps(SLOT_SENT), 1)
         b, c = rest.split(json.dumps(SLOT_INPUTS), 1)
-        return [
+        self.keys = [
             key_of(a + json.dumps(sent_digest([x])) + b + json.dumps(array_digest(row)) + c)
             for row, x in zip(self.inputs[:, None], self.req.inputs, strict=True)
         ]
+        return self.keys
 
     def request(self, context: RunContext) -> ExplainRequest:
         """The explainer's typed request, for all the targets asked."""
@@ -206,6 +210,7 @@ class ExplainService:
         arrived: float | None = None,
         lookup: bool = True,
         default_timeout_ms: int = 0,
+        whole_key: bool = True,
     ) -> Outcome | Prepared:
         """Validate and consult the cache: cheap, so hits never wait for a compute slot.
 
@@ -214,6 +219,8 @@ class ExplainService:
         the event loop) and counts it; the answer is then always a Prepared.
         `default_timeout_ms`: the limit of a request without timeout_ms (the HTTP route passes
         DEFAULT_TIMEOUT_MS; jobs pass nothing: an audit is not bounded by it); 0: none.
+        `whole_key=False`: a batch keys each row (Prepared.row_keys), not the whole request
+        (its `key` is empty: it is never looked up).
         """
         arrived = time.monotonic() if arrived is None else arrived
         timeout_ms = req.timeout_ms or default_timeout_ms or None
@@ -272,7 +279,7 @@ class ExplainService:
             **({"evaluate": evaluate.model_dump(mode="json")} if evaluate else {}),
             **scope_part(s.cache_scope),  # CACHE_SCOPE=key: the key's own answers
         }
-        key = keyed(parts, inputs, req.inputs)
+        key = keyed(parts, inputs, req.inputs) if whole_key else ""
         request_id = req.id or current_request_id() or uuid.uuid4().hex
         status = "bypass"
         if use_cache and not lookup:

@@ -7,6 +7,7 @@ one default-target rule (app/inputs.py default_target), or the request's `target
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from app.batch import RowAnswer, Rows, answer, dry_run, worker_crashed
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
 from app.inputs import resolve_targets, to_array
 from app.jobs.context import CancelWatch, JobContext, store_results
-from app.jobs.results import AuditResult, flat, read_results
+from app.jobs.results import AuditResult
 from app.jobs.store import Job, JobStore
 from app.schemas import request_model, spec_fields
 from app.service import ExplainService
@@ -82,6 +83,27 @@ def result(row: RowAnswer) -> AuditResult:
     return AuditResult.of_answer(row.response, row.cache)
 
 
+def payload(row: RowAnswer) -> dict[str, Any] | str:
+    """The stored JSON of one row's answer (AuditResult.stored's), made of the explanations'
+    JSON when the batch encoded them."""
+    answer = row.response
+    if answer is None or not row.texts:
+        return result(row).stored()
+    several = answer.meta.targets is not None
+    head = (
+        '{"explanations": [' + ", ".join(row.texts) + "]"
+        if several
+        else '{"explanation": ' + row.texts[0]
+    )
+    tail = [
+        f'"feature_names": {json.dumps(list(answer.data.feature_names))}',
+        f'"cache": {json.dumps(row.cache)}',
+    ]
+    if answer.meta.background_audit is not None:
+        tail.append(f'"background_audit": {json.dumps(answer.meta.background_audit)}')
+    return head + ", " + ", ".join(tail) + "}"
+
+
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
     """Answer the chunk's missing instances a slice at a time (app/batch.py answer), storing
     each slice's results in one write. The first slice has FIRST_SLICE instances; the next ones
@@ -109,7 +131,7 @@ def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
             raise
         if watch(fresh=True):
             return
-        stored = {i: result(a).stored() for i, a in zip(part, answers, strict=True)}
+        stored = {i: payload(a) for i, a in zip(part, answers, strict=True)}
         store_results(ctx, job.id, stored)
         done += len(part)
         per_row = (time.perf_counter() - start) / len(part)
@@ -161,8 +183,9 @@ def top_k_bootstrap(
     counts = np.zeros(values.shape[1])
     same = 0
     for _ in range(resamples):
-        pick = rng.integers(0, len(values), len(values))
-        top = np.argsort(-values[pick].mean(axis=0))[:k]
+        # the resample's mean as counts times rows: no [m, n] copy of a million rows
+        drawn = np.bincount(rng.integers(0, len(values), len(values)), minlength=len(values))
+        top = np.argsort(-(drawn @ values) / len(values))[:k]
         counts[top] += 1
         same += set(top.tolist()) == full
     order = np.argsort(-counts)
@@ -173,60 +196,116 @@ def top_k_bootstrap(
     }
 
 
+class _Tally:
+    """What a summary needs of the stored results, gathered in one pass a page at a time: the
+    values of the explanations over the first explanation's players as float64 blocks, their
+    outputs, counts; never every parsed result at once (a million rows)."""
+
+    def __init__(self) -> None:
+        self.instances = 0
+        self.failed: list[dict[str, Any]] = []
+        self.errors = 0
+        self.hits = 0
+        self.codes: dict[str, int] = {}
+        self.names: tuple[str, ...] | None = None
+        self.blocks: list[np.ndarray] = []  # |values| [rows, n] of explanations over `names`
+        self.outputs: list[int] = []
+        self.output_names: dict[int, str] = {}
+        self.text_classes: dict[str, int] = {}
+        self.background_audit: dict[str, Any] | None = None
+        self.explained = 0
+
+    def add(self, results: list[AuditResult]) -> None:
+        block: list[tuple[float, ...]] = []
+        for r in results:
+            self.instances += 1
+            if not r.explanations:
+                self.errors += 1
+                if len(self.failed) < FIRST_ERRORS:
+                    self.failed.append({"index": r.index, "code": r.code, "error": r.error})
+                continue
+            self.hits += r.cache == "hit"
+            if r.background_audit and self.background_audit is None:
+                self.background_audit = dict(r.background_audit)
+            for row in r.rows():
+                e = row.explanation
+                if e is None:
+                    continue
+                self.explained += 1
+                for code in e.warnings:
+                    self.codes[code] = self.codes.get(code, 0) + 1
+                if self.names is None:
+                    self.names = row.feature_names or ()
+                if not self.names:  # text: every instance has its own players
+                    self.text_classes[e.output_name] = self.text_classes.get(e.output_name, 0) + 1
+                elif row.feature_names == self.names:
+                    block.append(e.values)
+                    self.outputs.append(e.output_index)
+                    self.output_names.setdefault(e.output_index, e.output_name)
+        if block:
+            self.blocks.append(np.abs(np.asarray(block, dtype=np.float64)))
+
+
+DEFAULT_TARGET_RULE = (
+    "default, as a synchronous explain of each row: a binary classifier's positive class (its "
+    "second output), a multi-class classifier's predicted class, a regressor's output"
+)
+
+
+def target_said(asked: Any) -> str:
+    """Which output the audit explains, in words (per_class says which were explained)."""
+    return DEFAULT_TARGET_RULE if asked is None else f"as asked: {json.dumps(asked)}"
+
+
 def summarise_audit(store: JobStore, job: Job, top_k: int = 3) -> dict[str, Any]:
-    """Mean |value| per feature, per explained class, how stable the top features are, and how
-    many instances carry each warning code. With several targets, each instance's
-    explanations count as rows (per_class: one entry per output)."""
-    stored = read_results(store, job.id)
-    failed = [r for r in stored if not r.explanations]
+    """Mean |value| per feature, per explained class, how stable the top features are, how
+    many instances carry each warning code, and the rows that failed. With several targets,
+    each instance's explanations count as rows (per_class: one entry per output). Read a page
+    of results at a time."""
+    tally = _Tally()
+    for page in store.payload_pages(job.id):
+        tally.add([AuditResult.parse({"index": i, **json.loads(p)}) for i, p in page])
     summary: dict[str, Any] = {
-        "instances": len(stored),
-        "errors": len(failed),
-        "first_errors": [
-            {"index": r.index, "code": r.code, "error": r.error} for r in failed[:FIRST_ERRORS]
-        ],
+        "instances": tally.instances,
+        "errors": tally.errors,
+        "first_errors": tally.failed,
+        "target": target_said(job.request.get("fields", {}).get("target")),
     }
-    answered = [r for r in stored if r.explanations]
-    ok = [(row, row.explanation) for row in flat(answered) if row.explanation is not None]
-    if not ok:
+    if not tally.explained:
         return summary
-    hits = sum(r.cache == "hit" for r in answered)  # instances
-    codes = [code for _, e in ok for code in e.warnings]
-    summary["warnings"] = {c: codes.count(c) for c in sorted(set(codes))}  # instances per code
-    names = ok[0][0].feature_names
-    if not names:  # text: every instance has its own players; count classes only
-        classes = [e.output_name for _, e in ok]
-        summary["per_class"] = {c: {"instances": classes.count(c)} for c in sorted(set(classes))}
-        summary["cache_hits"] = hits
+    summary["warnings"] = dict(sorted(tally.codes.items()))  # instances per code
+    names = tally.names or ()
+    if not names:
+        summary["per_class"] = {c: {"instances": n} for c, n in sorted(tally.text_classes.items())}
+        summary["cache_hits"] = tally.hits
         return summary
-    same = [e for row, e in ok if row.feature_names == names]
-    values = np.abs(np.array([e.values for e in same]))  # [m, n]
+    values = np.concatenate(tally.blocks)  # [m, n]
     mean_abs = values.mean(axis=0)
     order = np.argsort(-mean_abs)
     k = min(top_k, len(names))
     top = set(order[:k].tolist())
-    per_row_top = np.argsort(-values, axis=1)[:, :k]
+    agree, jaccard = 0, 0.0
+    for start in range(0, len(values), 100_000):  # bounded temporaries
+        per_row_top = np.argsort(-values[start : start + 100_000], axis=1)[:, :k]
+        agree += int(np.sum(per_row_top[:, 0] == order[0]))
+        jaccard += sum(len(top & set(r)) / len(top | set(r)) for r in per_row_top.tolist())
     summary.update(
         feature_names=list(names),
         mean_abs_value=mean_abs.tolist(),
         top_features=[names[j] for j in order[:k]],
-        top1_agreement=float(np.mean(per_row_top[:, 0] == order[0])),
-        topk_jaccard=float(
-            np.mean([len(top & set(r)) / len(top | set(r)) for r in per_row_top.tolist()])
-        ),
+        top1_agreement=agree / len(values),
+        topk_jaccard=jaccard / len(values),
         top_features_bootstrap=top_k_bootstrap(values, list(names), k),
         per_class={},
-        cache_hits=hits,
+        cache_hits=tally.hits,
     )
-    outputs = np.array([e.output_index for e in same])
+    outputs = np.asarray(tally.outputs)
     for o in np.unique(outputs):
-        name = same[int(np.flatnonzero(outputs == o)[0])].output_name
         rows = values[outputs == o]
-        summary["per_class"][name] = {
+        summary["per_class"][tally.output_names[int(o)]] = {
             "instances": len(rows),
             "mean_abs_value": rows.mean(axis=0).tolist(),
         }
-    audits = [r.background_audit for r in answered if r.explanations and r.background_audit]
-    if audits:
-        summary["background_audit"] = dict(audits[0])
+    if tally.background_audit is not None:
+        summary["background_audit"] = tally.background_audit
     return summary

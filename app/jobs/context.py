@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,7 @@ def backoff_s(attempt: int, cap_s: float = 10.0) -> float:
     return float(min(cap_s, 0.5 * 2 ** min(attempt, 10)))
 
 
-def store_results(ctx: JobContext, job_id: str, results: dict[int, dict[str, Any]]) -> int:
+def store_results(ctx: JobContext, job_id: str, results: Mapping[int, dict[str, Any] | str]) -> int:
     """ctx.store.add_results, retried with backoff while the job database is unavailable, for
     up to JOB_STORE_RETRY_S (the computed results are kept meanwhile); then
     JobStoreUnavailable reaches the runner, which puts the chunk back in the queue."""

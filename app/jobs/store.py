@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -315,14 +315,18 @@ class JobStore:
                 .values(status="running", started_at=time.time())
             )
 
-    def add_results(self, job_id: str, results: dict[int, dict[str, Any]]) -> int:
-        """Store results, ignoring instances already stored and any result of a job that was
-        cancelled or failed; returns results now stored. `done` grows by the rows this write
-        added (counted over the written range, not the whole job: linear in a job's size)."""
+    def add_results(self, job_id: str, results: Mapping[int, dict[str, Any] | str]) -> int:
+        """Store results (JSON objects, or their JSON text), ignoring instances already stored
+        and any result of a job that was cancelled or failed; returns results now stored.
+        `done` grows by the rows this write added (counted over the written range, not the
+        whole job: linear in a job's size)."""
         if not results:
             with self.session() as s:
                 return int(s.scalar(select(JobRow.done).where(JobRow.id == job_id)) or 0)
-        rows = [{"job_id": job_id, "idx": i, "payload": json.dumps(r)} for i, r in results.items()]
+        rows = [
+            {"job_id": job_id, "idx": i, "payload": r if isinstance(r, str) else json.dumps(r)}
+            for i, r in results.items()
+        ]
         low, high = min(results), max(results)
 
         def in_range() -> Any:
@@ -341,7 +345,8 @@ class JobStore:
             status = s.scalar(select(JobRow.status).where(JobRow.id == job_id).with_for_update())
             if status not in ("cancelled", "failed"):
                 before = int(s.scalar(select(in_range())) or 0)
-                s.execute(insert(ResultRow).values(rows).on_conflict_do_nothing())
+                # executemany of one cached statement (not a statement of len(rows) VALUES)
+                s.execute(insert(ResultRow).on_conflict_do_nothing(), rows)
                 added = int(s.scalar(select(in_range())) or 0) - before
                 if added:
                     s.execute(
@@ -395,9 +400,16 @@ class JobStore:
     def result_pages(
         self, job_id: str, offset: int = 0, limit: int | None = None, page: int = 2000
     ) -> Iterator[list[str]]:
-        """`results` a page at a time (one query each, from the last index read): a million
-        rows stream out without being held at once. Each line is the stored payload with its
-        `index` put first, without decoding it."""
+        """`results` a page at a time: a million rows stream out without being held at once.
+        Each line is the stored payload with its `index` put first, without decoding it."""
+        for rows in self.payload_pages(job_id, offset, limit, page):
+            yield [with_index(idx, payload) for idx, payload in rows]
+
+    def payload_pages(
+        self, job_id: str, offset: int = 0, limit: int | None = None, page: int = 2000
+    ) -> Iterator[list[tuple[int, str]]]:
+        """Stored (index, payload) pairs in instance order, a page at a time (one query each,
+        from the last index read)."""
         left = limit
         while left is None or left > 0:
             size = page if left is None else min(page, left)
@@ -408,10 +420,10 @@ class JobStore:
                     .order_by(ResultRow.idx)
                     .limit(size)
                 )
-                rows = s.execute(query).all()
+                rows = [(int(i), str(p)) for i, p in s.execute(query).all()]
             if not rows:
                 return
-            yield [with_index(idx, payload) for idx, payload in rows]
+            yield rows
             offset = rows[-1][0] + 1
             if left is not None:
                 left -= len(rows)

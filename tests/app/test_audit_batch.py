@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from app.batch import Rows
+from app.batch import Rows, encode, split
 from app.jobs.runner import final_status
 from app.jobs.store import JobStore
 from explainers.registry import get_explainer
@@ -49,8 +49,19 @@ def test_row_keys_are_the_keys_of_each_row_alone(
         ):
             batch = Rows(svc, model, spec, {"seed": 3, "budget": 64}, instances)
             keys = batch.prepare(instances).row_keys()
-            alone = [batch.prepare([x]).key for x in instances]
+            alone = [  # as the synchronous route prepares a request of that row alone
+                svc.prepare(model, "shapley", batch.body([x]), use_cache=True, lookup=False).key
+                for x in instances
+            ]
             assert keys == alone and len(set(keys)) == len(instances)
+        # each row's cache entry is the bytes its answer's own to_json gives, made of the
+        # explanations' JSON encoded once
+        p = Rows(svc, "diabetes-mlp", spec, {"seed": 3}, rows).prepare(rows)
+        for answer in split(svc.compute(p, encode=False).response, len(rows)):
+            blob, texts = encode(answer)
+            meta = answer.meta.model_copy(update={"cache": "miss"})
+            assert blob == answer.model_copy(update={"meta": meta}).to_json()
+            assert [json.loads(t) for t in texts] == json.loads(blob)["data"]["explanations"]
 
 
 def test_audit_rows_are_the_synchronous_answers_and_share_the_cache(

@@ -66,6 +66,7 @@ def test_default_audit_explains_what_a_synchronous_explain_explains(
     status = client.get(f"/v2/jobs/{job}").json()
     assert status["status"] == "succeeded"
     summary = status["summary"]
+    assert summary["target"].startswith("default, as a synchronous explain of each row")
     assert list(summary["per_class"]) == ["benign"]
     assert summary["per_class"]["benign"]["instances"] == 6
     spec = client.get(f"/v2/jobs/{job}/plot?kind=beeswarm&format=vega").json()
