@@ -11,7 +11,6 @@ XGBoost's feature validation accepts them.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -49,19 +48,6 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-PARALLEL_ROWS = 256  # TreeSHAP over at least this many rows uses every core
-
-
-def contribution_threads(rows: int) -> int:
-    """Threads for exact TreeSHAP over `rows` rows: every core the process may use for a batch
-    (an audit's slice, a large request: as shap's call into the booster's own TreeSHAP does),
-    else TORCH_THREADS (a small request shares the cores with the others)."""
-    own = max(1, torch.get_num_threads())
-    if rows < PARALLEL_ROWS:
-        return own
-    return max(own, len(os.sched_getaffinity(0)))
-
-
 class _Booster:
     """What both libraries share: margins as [m, k], the link to the prediction, contributions.
 
@@ -87,7 +73,7 @@ class _Booster:
     def _raw_margin(self, x: np.ndarray) -> np.ndarray:  # [m] or [m, k]
         raise NotImplementedError
 
-    def _raw_contribs(self, x: np.ndarray, threads: int) -> np.ndarray:  # [m, n+1] or [m, k, n+1]
+    def _raw_contribs(self, x: np.ndarray) -> np.ndarray:  # [m, n+1] or [m, k, n+1]
         raise NotImplementedError
 
     def margin(self, x: np.ndarray) -> np.ndarray:
@@ -100,9 +86,7 @@ class _Booster:
 
     def contributions(self, x: np.ndarray) -> np.ndarray:
         with self.lock:
-            raw = np.asarray(
-                self._raw_contribs(self._rows(x), contribution_threads(len(x))), dtype=np.float64
-            )
+            raw = np.asarray(self._raw_contribs(self._rows(x)), dtype=np.float64)
         if raw.ndim == 2:
             raw = raw[:, None, :]
         if self.kind == "binary":
@@ -202,8 +186,7 @@ class XGBoostBooster(_Booster):
             booster.load_model(bytearray(data))
         except Exception as exc:
             raise BoosterError(f"not an XGBoost model (JSON or UBJSON): {exc}") from None
-        self.threads = max(1, torch.get_num_threads())
-        booster.set_param({"nthread": self.threads})
+        booster.set_param({"nthread": max(1, torch.get_num_threads())})
         config = json.loads(booster.save_config())
         objective = config["learner"]["objective"]["name"]
         n_classes = int(config["learner"]["learner_model_param"].get("num_class", "0") or 0)
@@ -242,14 +225,8 @@ class XGBoostBooster(_Booster):
     def _raw_predict(self, x: np.ndarray) -> np.ndarray:
         return self.booster.inplace_predict(x)
 
-    def _raw_contribs(self, x: np.ndarray, threads: int) -> np.ndarray:
-        if threads == self.threads:
-            return self.booster.predict(self._dmatrix(x), pred_contribs=True)
-        self.booster.set_param({"nthread": threads})  # under self.lock: this call only
-        try:
-            return self.booster.predict(self._dmatrix(x), pred_contribs=True)
-        finally:
-            self.booster.set_param({"nthread": self.threads})
+    def _raw_contribs(self, x: np.ndarray) -> np.ndarray:
+        return self.booster.predict(self._dmatrix(x), pred_contribs=True)
 
     def _shap_models(self) -> list[Any]:
         return [self.booster]
@@ -320,8 +297,8 @@ class LightGBMBooster(_Booster):
     def _raw_predict(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.booster.predict(x, **self._params()))
 
-    def _raw_contribs(self, x: np.ndarray, threads: int) -> np.ndarray:
-        raw = np.asarray(self.booster.predict(x, pred_contrib=True, num_threads=threads))
+    def _raw_contribs(self, x: np.ndarray) -> np.ndarray:
+        raw = np.asarray(self.booster.predict(x, pred_contrib=True, **self._params()))
         if self.kind == "multiclass":  # [m, k * (n + 1)], class-major
             raw = raw.reshape(raw.shape[0], self.n_classes, self.n_features + 1)
         return raw

@@ -21,11 +21,11 @@ FIXTURES: dict[str, tuple[Callable[[str], bm.UserModel], str, bool]] = {
     "xgb-binary": (lambda n: bm.xgboost_frame(n, "binary"), "binary", False),
     "xgb-regression": (lambda n: bm.xgboost_frame(n, "regression"), "regression", False),
     "xgb-poisson": (
-        lambda n: bm.xgboost_frame(n, "regression", "count:poisson"),
-        "regression",
-        False,
+        lambda n: bm.xgboost_frame(n, "regression", "count:poisson"), "regression", False
     ),
-    "xgb-categorical": (lambda n: bm.xgboost_frame(n, "binary", categorical=True), "binary", True),
+    "xgb-categorical": (
+        lambda n: bm.xgboost_frame(n, "binary", categorical=True), "binary", True
+    ),
     "lgbm-categorical": (lambda n: bm.lightgbm_frame(n, "multiclass"), "multiclass", True),
     "lgbm-categorical-binary": (lambda n: bm.lightgbm_frame(n, "binary"), "binary", True),
 }
@@ -107,27 +107,3 @@ def test_links_of_the_objectives() -> None:
             np.testing.assert_allclose(
                 np.exp(model.tree.margin(rows)), model.tree.predict(rows), rtol=1e-5
             )
-
-
-@pytest.mark.parametrize("name", ["xgb-binary", "lgbm-categorical"])
-def test_a_large_batch_on_every_core_equals_its_rows_alone(name: str) -> None:
-    """TreeSHAP over >= PARALLEL_ROWS rows runs on every core (as shap's call does); each row's
-    contributions are those of that row alone on one thread."""
-    from models.adapters.trees import PARALLEL_ROWS, contribution_threads
-
-    build, data, categorical = FIXTURES[name]
-    um = build(name)
-    assert um.file is not None
-    model, _ = register(declaration(um), {"model": um.file})
-    tree = model.tree
-    assert tree is not None
-    x, _ = bm.frame_data(data, categorical)
-    numbers = bm.as_numbers(x)
-    rows = np.tile(numbers, (-(-PARALLEL_ROWS // len(x)), 1))[:PARALLEL_ROWS]
-    assert contribution_threads(len(rows)) >= contribution_threads(1)
-    together = tree.contributions(rows)
-    alone = np.concatenate([tree.contributions(rows[i : i + 1]) for i in range(0, 40)])
-    np.testing.assert_allclose(together[:40], alone, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(
-        together, native_contribs(um, x.iloc[np.arange(len(rows)) % len(x)]), atol=1e-6
-    )
