@@ -185,7 +185,11 @@ class Settings(BaseSettings):
         120.0, gt=0, description="longest model call (and load) in a worker; past it: killed, 502"
     )
     model_worker_processes: int = Field(
-        1, ge=1, le=16, description="worker processes per registered model (calls at once)"
+        2,
+        ge=1,
+        le=16,
+        description="worker processes per registered model (calls at once); the second starts "
+        "only when two calls overlap (an audit's two job threads, concurrent requests)",
     )
 
     @field_validator("device")
