@@ -137,20 +137,19 @@ def compute_rows(
     status = p.status  # miss (cache each row) or bypass (the cache is down)
     try:
         outcome = svc.compute(p, encode=False)
-        answers = split(outcome.response, len(p.inputs))
-        # each row's JSON (the cache's entry; a NaN anywhere fails here as one request would)
-        encoded = [encode(a) for a in answers]
-    except ValueError:
-        exc = non_finite()
-        if len(p.inputs) == 1:
-            return [_failure(exc)]
-        return [answer_one(rows, x, cancel) for x in p.req.inputs]
     except ApiError as exc:
         if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
             raise
         if len(p.inputs) == 1:
             return [_failure(exc)]
         return [answer_one(rows, x, cancel) for x in p.req.inputs]
+    answers = split(outcome.response, len(p.inputs))
+    try:  # each row's JSON (the cache's entry); a NaN fails here as one request's would
+        encoded = [encode(a) for a in answers]
+    except ValueError:
+        if len(p.inputs) == 1:
+            return [_failure(non_finite())]
+        return [answer_one(rows, x, cancel) for x in p.req.inputs]  # which rows: each alone
     if outcome.response.meta.partial:  # fewer samples than asked: never served again
         status = "bypass"
     if status == "miss":
