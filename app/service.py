@@ -124,14 +124,11 @@ class Prepared:
     key_parts: dict[str, Any] | None = None  # the cache key's parts but the instances
     keys: list[str] | None = None  # row_keys, once made
 
-    def row_key(self, i: int) -> str:
-        """The cache key of instance i sent alone (one-instance request, same fields): a batch
-        answers each of its rows under the key a request for that row alone looks up."""
-        return self.row_keys()[i]
-
     def row_keys(self) -> list[str]:
-        """row_key of every instance: `keyed`'s canonical JSON made once with two slots, each
-        row's digests put in (the same bytes as keyed's for that row alone)."""
+        """The cache key of each instance sent alone (a one-instance request, same fields): a
+        batch answers each row under the key a request of that row alone looks up. `keyed`'s
+        canonical JSON is made once with two slots, each row's digests put in (the same bytes
+        as keyed's for that row alone)."""
         if self.keys is not None:
             return self.keys
         if self.key_parts is None:
