@@ -104,8 +104,8 @@ class ExplainerSpec:
     explains_decision: bool = False
     # True when each instance's explanation is the same whether it is asked alone or with
     # others in one request (same seed): a batch is then computed as one request and each row
-    # cached as its own answer (app/batch.py); tests/explainers/test_rows_independent.py
-    # checks the claim for every explainer that makes it.
+    # cached as its own answer (app/batch.py); tests/app/test_audit_batch.py checks the claim
+    # for shapley, the one explainer that makes it (a batch's rows against each row alone).
     rows_independent: bool = False
 
     @property
