@@ -46,18 +46,13 @@ class RowAnswer:
 
 
 class Rows:
-    """A batch of instances of one request's `fields`, prepared (validated and keyed) once."""
+    """What the rows of a batch share: the service, the model, the explainer and the request's
+    other fields; `prepare` makes a request of some instances."""
 
     def __init__(
-        self,
-        svc: ExplainService,
-        model: str,
-        spec: ExplainerSpec,
-        fields: dict[str, Any],
-        instances: Sequence[Any],
+        self, svc: ExplainService, model: str, spec: ExplainerSpec, fields: dict[str, Any]
     ) -> None:
         self.svc, self.model, self.spec, self.fields = svc, model, spec, fields
-        self.instances = list(instances)
 
     def body(self, instances: Sequence[Any]) -> Any:
         """The request of these instances (raises pydantic's ValidationError)."""
@@ -86,14 +81,6 @@ def batchable(p: Prepared) -> bool:
     # a request background's audit covers the outputs explained: the predicted classes of all
     # the batch's rows unless a target fixes them
     return p.background is None or p.target is not None
-
-
-def lookup(svc: ExplainService, keys: list[str]) -> tuple[list[str | None], bool]:
-    """The cached answers of `keys` in one round trip, and whether the cache answered."""
-    try:
-        return svc.cache.get_many(keys), True
-    except CacheUnavailable:
-        return [None] * len(keys), False
 
 
 def split(response: ExplainResponse, rows: int) -> list[ExplainResponse]:
@@ -199,8 +186,9 @@ def answer_one(rows: Rows, instance: Any, cancel: Callable[[], bool] | None) -> 
 
 def cached_rows(rows: Rows, p: Prepared) -> dict[int, RowAnswer]:
     """The rows of a prepared batch that the cache answers (one round trip), by position."""
-    blobs, answered = lookup(rows.svc, p.row_keys())
-    if not answered:
+    try:
+        blobs = rows.svc.cache.get_many(p.row_keys())
+    except CacheUnavailable:  # answered uncached, and said so
         p.status = "bypass"
         return {}
     hits = {
@@ -231,26 +219,28 @@ def subset(p: Prepared, positions: list[int]) -> Prepared:
     )
 
 
-def answer(rows: Rows, cancel: Callable[[], bool] | None = None) -> list[RowAnswer]:
-    """Every instance of `rows`, in order: the cache's answers in one round trip, the misses
+def answer(
+    rows: Rows, instances: Sequence[Any], cancel: Callable[[], bool] | None = None
+) -> list[RowAnswer]:
+    """Every one of `instances`, in order: the cache's answers in one round trip, the misses
     computed as one request when the explainer allows it, else one by one. A row that fails
     validation gets its error; so does every row of a batch that fails when each fails alone."""
-    if not rows.instances:
+    if not instances:
         return []
     try:
-        p = rows.prepare(rows.instances)
+        p = rows.prepare(instances)
     except ApiError:  # some instance is invalid: each alone says which
-        return [answer_one(rows, x, cancel) for x in rows.instances]
+        return [answer_one(rows, x, cancel) for x in instances]
     if not batchable(p):
-        return [answer_one(rows, x, cancel) for x in rows.instances]
+        return [answer_one(rows, x, cancel) for x in instances]
     answers: dict[int, RowAnswer] = cached_rows(rows, p)
-    misses = [i for i in range(len(rows.instances)) if i not in answers]
+    misses = [i for i in range(len(instances)) if i not in answers]
     if misses:
         sub = subset(p, misses)
         if sub.req.timeout_ms is not None:  # timeout_ms is per instance: from when they run
             sub.deadline = time.monotonic() + len(misses) * sub.req.timeout_ms / 1000
         answers.update(zip(misses, compute_rows(rows, sub, cancel), strict=True))
-    return [answers[i] for i in range(len(rows.instances))]
+    return [answers[i] for i in range(len(instances))]
 
 
 def dry_run(rows: Rows, instance: Any) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import xai.client
+from tests.test_client_inputs import cli
 from xai import (
     AsyncClient,
     AuditResult,
@@ -275,13 +274,6 @@ def test_a_cancelled_audit_raises_job_cancelled(inprocess_server: str) -> None:
             assert err.status["status"] == "cancelled" and "cancelled" in str(err)
 
     asyncio.run(run())
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xai", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
 
 
 def test_cli_audit_with_failed_rows(

@@ -19,7 +19,7 @@ from app.batch import RowAnswer, Rows, answer, dry_run, worker_crashed
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, Unprocessable
 from app.inputs import resolve_targets, to_array
 from app.jobs.context import CancelWatch, JobContext, store_results
-from app.jobs.results import AuditResult
+from app.jobs.results import AuditResult, stored_json
 from app.jobs.store import Job, JobStore
 from app.schemas import request_model, spec_fields
 from app.service import ExplainService
@@ -66,7 +66,7 @@ def validate_audit(svc: ExplainService, body: JobRequest, max_instances: int) ->
         ) from None
     if spec.uses_inputs:
         to_array(model, body.inputs, "inputs")
-        dry_run(Rows(svc, body.model, spec, fields, []), body.inputs[0])
+        dry_run(Rows(svc, body.model, spec, fields), body.inputs[0])
     resolve_targets(model, body.target)  # a bad target list fails here, not per instance
     return {"explainer": spec.name, "fields": fields, "inputs": body.inputs}
 
@@ -84,24 +84,11 @@ def result(row: RowAnswer) -> AuditResult:
 
 
 def payload(row: RowAnswer) -> dict[str, Any] | str:
-    """The stored JSON of one row's answer (AuditResult.stored's), made of the explanations'
-    JSON when the batch encoded them."""
-    answer = row.response
-    if answer is None or not row.texts:
+    """The stored JSON of one row's answer, from the explanations' JSON when the batch encoded
+    them (results.stored_json), else AuditResult.stored's object."""
+    if row.response is None or not row.texts:
         return result(row).stored()
-    several = answer.meta.targets is not None
-    head = (
-        '{"explanations": [' + ", ".join(row.texts) + "]"
-        if several
-        else '{"explanation": ' + row.texts[0]
-    )
-    tail = [
-        f'"feature_names": {json.dumps(list(answer.data.feature_names))}',
-        f'"cache": {json.dumps(row.cache)}',
-    ]
-    if answer.meta.background_audit is not None:
-        tail.append(f'"background_audit": {json.dumps(answer.meta.background_audit)}')
-    return head + ", " + ", ".join(tail) + "}"
+    return stored_json(row.response, row.cache, row.texts)
 
 
 def run_audit(ctx: JobContext, job: Job, todo: list[int]) -> None:
@@ -150,10 +137,10 @@ def _answer(
     the instance) each instance's fields as one request."""
     svc = ctx.service
     if spec.uses_inputs:
-        return answer(Rows(svc, job.model, spec, fields, instances), watch)
+        return answer(Rows(svc, job.model, spec, fields), instances, watch)
     out = []
     for instance in instances:
-        rows = Rows(svc, job.model, spec, {**fields, **instance}, [])
+        rows = Rows(svc, job.model, spec, {**fields, **instance})
         out.append(_fields_answer(rows, watch))
     return out
 

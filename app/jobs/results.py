@@ -9,6 +9,7 @@ been required in every explanation since the first stored job (app/schemas.py Ex
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -144,6 +145,22 @@ class AuditResult:
         if not self.explanations:
             return [AuditRow(self.index, None, self.feature_names, self.error, self.code)]
         return [AuditRow(self.index, e, self.feature_names) for e in self.explanations]
+
+
+def stored_json(answer: ExplainResponse, cache: str, texts: tuple[str, ...]) -> str:
+    """AuditResult.of_answer(answer, cache).stored() as JSON text, made of the explanations'
+    JSON `texts` already encoded (app/batch.py encode) instead of encoding them again."""
+    several = answer.meta.targets is not None
+    head = (
+        '{"explanations": [' + ", ".join(texts) + "]" if several else '{"explanation": ' + texts[0]
+    )
+    tail = [
+        f'"feature_names": {json.dumps(list(answer.data.feature_names))}',
+        f'"cache": {json.dumps(cache)}',
+    ]
+    if answer.meta.background_audit is not None:
+        tail.append(f'"background_audit": {json.dumps(answer.meta.background_audit)}')
+    return head + ", " + ", ".join(tail) + "}"
 
 
 def flat(results: list[AuditResult]) -> list[AuditRow]:

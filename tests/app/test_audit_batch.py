@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from app.batch import Rows, encode, split
+from app.jobs.results import AuditResult, stored_json
 from app.jobs.runner import final_status
 from app.jobs.store import JobStore
 from explainers.registry import get_explainer
@@ -47,7 +48,7 @@ def test_row_keys_are_the_keys_of_each_row_alone(
             ("diabetes-mlp", rows),
             ("sentiment-minilm", ["good", "a bad plot"]),
         ):
-            batch = Rows(svc, model, spec, {"seed": 3, "budget": 64}, instances)
+            batch = Rows(svc, model, spec, {"seed": 3, "budget": 64})
             keys = batch.prepare(instances).row_keys()
             alone = [  # as the synchronous route prepares a request of that row alone
                 svc.prepare(model, "shapley", batch.body([x]), use_cache=True, lookup=False).key
@@ -56,12 +57,15 @@ def test_row_keys_are_the_keys_of_each_row_alone(
             assert keys == alone and len(set(keys)) == len(instances)
         # each row's cache entry is the bytes its answer's own to_json gives, made of the
         # explanations' JSON encoded once
-        p = Rows(svc, "diabetes-mlp", spec, {"seed": 3}, rows).prepare(rows)
+        p = Rows(svc, "diabetes-mlp", spec, {"seed": 3}).prepare(rows)
         for answer in split(svc.compute(p, encode=False).response, len(rows)):
             blob, texts = encode(answer)
             meta = answer.meta.model_copy(update={"cache": "miss"})
             assert blob == answer.model_copy(update={"meta": meta}).to_json()
             assert [json.loads(t) for t in texts] == json.loads(blob)["data"]["explanations"]
+            # the stored result made of them is AuditResult.stored's object
+            stored = AuditResult.of_answer(answer, "miss").stored()
+            assert json.loads(stored_json(answer, "miss", texts)) == stored
 
 
 def test_audit_rows_are_the_synchronous_answers_and_share_the_cache(
