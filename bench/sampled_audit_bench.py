@@ -163,6 +163,7 @@ def main() -> None:
             audit_fits=fits(explained),
             sync_one_row_fits=fits(per_row),
             audit_status=audit.status["status"],
+            audit_cache_hits=(audit.status.get("summary") or {}).get("cache_hits"),
             output_explained=sorted({e["output_index"] for e in explained}),
             median_abs_diff_in_error_std=float(np.nanmedian(z)),
             loadavg_end=list(os.getloadavg()),
@@ -176,6 +177,7 @@ def main() -> None:
     print(f"  audit / sync one row       {rates['audit'] / rates['sync one row a request']:.2f}")
     print(f"  audit / sync 100 rows      {rates['audit'] / rates['sync 100 rows a request']:.2f}")
     print(f"  audit / shap Kernel        {rates['audit'] / rates['shap KernelExplainer']:.2f}")
+    print(f"  audit cache hits: {report['audit_cache_hits']} (the sync requests sent no-cache)")
     print(f"  fits: audit {report['audit_fits']}, sync one row {report['sync_one_row_fits']}")
     print(f"  |ours - shap| / error_std, median: {report['median_abs_diff_in_error_std']:.2f}")
     print(f"  load {report['loadavg_start']} -> {report['loadavg_end']}")

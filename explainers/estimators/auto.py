@@ -24,13 +24,23 @@ fixed table would shift the choice: `speed()` times a fixed piece of gp-like lin
 and scales OWN_S by its ratio to PROBE_REF_S, the same probe timed when OWN_S was measured, and
 by the load per core beyond 1 (a probe of milliseconds runs between preemptions; a request's
 model calls, which the cost measures, and its fit do not).
+
+Measured once, kept: the same request must not get another fit because the machine got busier
+(a two-thread audit measured on a loaded machine took gp for 64 of 200 rows). A caller that
+names what it explains (`key`: the model's name and version, players, budget, rows per
+coalition) gets the first decision for that key again, for the life of the process
+(`REMEMBER` keys, oldest forgotten first); details.auto says `"decided": "remembered"`. A
+choice forced by a near deadline is not kept.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -197,7 +207,8 @@ class Choice:
             "coalitions": self.coalitions,
             "predicted_own_s": dict(self.own_s),
             "gp_coalitions_at_equal_time": self.gp_coalitions_at_equal_time,
-            **(  # left out where gp's fit alone would not fit in kernel's time
+            # left out where gp's fit alone would not fit in kernel's time
+            **(
                 {"predicted_gp_rmse_vs_kernel": ratio}
                 if np.isfinite(ratio := self.predicted_rmse_vs_kernel)
                 else {}
@@ -247,11 +258,42 @@ def decide(
     return Choice(chosen, why, cost, coalitions, own, m_gp, float(ratio), extra=extra)
 
 
-class Chooser:
-    """The fit of KernelSHAP's rounds that decides, once, between kernel's fit and gp's."""
+REMEMBER = 4096  # decisions kept per process (a key is a model version x players x budget)
+_decided: OrderedDict[Hashable, Choice] = OrderedDict()
+_decided_lock = threading.Lock()
 
-    def __init__(self, timed: Timed, players: int) -> None:
-        self.timed, self.players = timed, players
+
+def remembered(key: Hashable | None, left: float | None) -> Choice | None:
+    """The decision kept for `key`, unless a deadline `left` seconds away rules gp out."""
+    if key is None:
+        return None
+    with _decided_lock:
+        choice = _decided.get(key)
+        if choice is not None:
+            _decided.move_to_end(key)
+    if choice is None or (choice.chosen == "gp" and left is not None and choice.own_s["gp"] > left):
+        return None
+    return replace(choice, extra={**choice.extra, "decided": "remembered"})
+
+
+def remember(key: Hashable | None, choice: Choice, left: float | None) -> Choice:
+    """Keep `choice` for `key` (not when a deadline forced it); returns it as answered."""
+    if key is None or choice.reason.startswith("deadline"):
+        return choice
+    with _decided_lock:
+        choice = _decided.setdefault(key, choice)  # a concurrent first decision wins
+        _decided.move_to_end(key)
+        while len(_decided) > REMEMBER:
+            _decided.popitem(last=False)
+    return replace(choice, extra={**choice.extra, "decided": "measured"})
+
+
+class Chooser:
+    """The fit of KernelSHAP's rounds that decides, once, between kernel's fit and gp's;
+    with a `key`, once per key and process (`remembered`)."""
+
+    def __init__(self, timed: Timed, players: int, key: Hashable | None = None) -> None:
+        self.timed, self.players, self.key = timed, players, key
         self.choice: Choice | None = None
 
     def __call__(
@@ -260,9 +302,13 @@ class Chooser:
         from explainers.estimators import gp, kernel
 
         if self.choice is None:
-            self.choice = decide(
-                self.timed.per_coalition, len(plan.masks), self.players, time_left(), speed()
-            )
+            left = time_left()
+            self.choice = remembered(self.key, left)
+            if self.choice is None:
+                measured = decide(
+                    self.timed.per_coalition, len(plan.masks), self.players, left, speed()
+                )
+                self.choice = remember(self.key, measured, left)
         if self.choice.chosen == "gp":
             return gp._fit(plan, y, total)
         return kernel._blas_limited_fit(plan, y, total)

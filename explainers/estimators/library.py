@@ -7,6 +7,7 @@ by measured cost (auto.py). References: registry.py.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import replace
 from typing import Any
 
@@ -78,9 +79,11 @@ def shapley_values_chosen(
     target_output: OutputRule = None,
     costly: bool = False,
     choice: Choice | None = None,
+    remember: Hashable | None = None,
 ) -> tuple[Estimate, dict[str, Any] | None]:
     """`shapley_values` and, when `estimator` is auto, how auto chose (details.auto: what it
-    measured, predicted and why; auto.py), else None. `choice`: resolved already (`choose`)."""
+    measured, predicted and why; auto.py), else None. `choice`: resolved already (`choose`).
+    `remember`: what is explained (auto.Chooser's key): its measured choice is kept for it."""
     if n_players < 1:
         raise OptionError("a game needs at least one player")
     if target_se is not None and not (np.isfinite(target_se) and target_se > 0):
@@ -113,7 +116,7 @@ def shapley_values_chosen(
         return est, auto.static(est.estimator, "target_se: the race of permutation and kernel")
     details: dict[str, Any] | None = None
     if timed is not None:  # kernel's plan; kernel's fit or gp's, by measured cost (auto.py)
-        chooser = auto.Chooser(timed, n_players)
+        chooser = auto.Chooser(timed, n_players, remember)
         est = rounds.drive(
             kernel.rounds(recorder, rng, sampler, fit=chooser, name="auto"), recorder, None
         )

@@ -99,6 +99,8 @@ def shapley_one(game: Game, n_players: int, run: Run) -> list[Explanation]:
         target_se=options.target_se,
         target_output=watch if target is not None else partial(explained, model),
         choice=run.choices[n_players],
+        # auto's measured choice, kept per model version and game size (estimators/auto.py)
+        remember=(model.name, model.version, n_players, budget, rows_per_coalition(game)),
     )
     if chosen is None:
         return shared(est, model, target)

@@ -210,3 +210,39 @@ def test_machine_speed_probe_is_cached_and_bounded(monkeypatch: pytest.MonkeyPat
     loaded = auto.speed(now=6000.0)
     assert loaded == pytest.approx(np.clip(calls[-1] / auto.PROBE_REF_S * 3.0, low, high))
     assert 0 < calls[0] < 1.0  # a few milliseconds of linear algebra, not a stall
+
+
+def test_a_measured_choice_is_kept_for_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same request gets the same fit when the machine's load moves: the first measured
+    decision for a key answers every later request with that key (an audit's rows, a
+    dashboard's repeats); another key measures its own; a deadline's choice is not kept."""
+    monkeypatch.setattr(auto, "_decided", type(auto._decided)())
+    game, n = mlp_game()
+    budget = 8 * n
+    key = ("onnx-mlp", "v1", n, budget, 1)
+    _, first = shapley_values_chosen(game, n, budget=budget, seed=1, remember=key)
+    assert first is not None and first["chosen"] == "kernel" and first["decided"] == "measured"
+    # the machine now reads 5x slower and the model 100x costlier: unkept, auto would flip
+    monkeypatch.setattr(auto, "speed", lambda now=None: 5.0)
+    slow_game = _slowed(game, 3e-3)
+    est, again = shapley_values_chosen(slow_game, n, budget=budget, seed=1, remember=key)
+    assert again is not None and again["decided"] == "remembered"
+    assert again["chosen"] == est.estimator == "kernel"
+    assert again["cost_per_coalition_s"] == first["cost_per_coalition_s"]  # what decided
+    _, other = shapley_values_chosen(
+        slow_game, n, budget=budget, seed=1, remember=("onnx-mlp", "v2", n, budget, 1)
+    )
+    assert other is not None and other["decided"] == "measured" and other["chosen"] == "gp"
+    _, unkept = shapley_values_chosen(slow_game, n, budget=budget, seed=1)
+    assert unkept is not None and "decided" not in unkept
+
+
+def _slowed(game, seconds_per_coalition: float):  # type: ignore[no-untyped-def]
+    """The game with a real wait per coalition (a costlier model)."""
+    import time
+
+    def slow(masks: np.ndarray) -> np.ndarray:
+        time.sleep(seconds_per_coalition * len(masks))
+        return game(masks)
+
+    return slow
