@@ -31,7 +31,7 @@ from app.inputs import to_array
 from app.jobs import uploads
 from app.jobs.kinds import NAMES, kind
 from app.jobs.queue import Queue
-from app.jobs.results import AuditResult, read_results
+from app.jobs.results import read_results
 from app.jobs.store import FINISHED, RECEIVING, Job, JobStore
 from app.service import ExplainService
 
@@ -333,14 +333,13 @@ async def job_results(
         return StreamingResponse(
             _pages(store.result_pages(job_id, offset, limit)), media_type="application/x-ndjson"
         )
-    lines = await anyio.to_thread.run_sync(lambda: list(store.results(job_id, offset, limit)))
-    results = [AuditResult.parse(json.loads(line)) for line in lines]
-    encode = job_tables.to_csv if format == "csv" else job_tables.to_parquet
-    table = await anyio.to_thread.run_sync(encode, results)
+    stream = job_tables.csv_stream if format == "csv" else job_tables.parquet_stream
     media = "text/csv" if format == "csv" else "application/vnd.apache.parquet"
     name = f"{job.model}-{job.id[:12]}.{format}"
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
-    return Response(table, media_type=media, headers=disposition)
+    # a sync iterator: Starlette reads each page of it in a worker thread
+    table = stream(lambda: store.result_pages(job_id, offset, limit))
+    return StreamingResponse(table, media_type=media, headers=disposition)
 
 
 async def _pages(pages: Iterator[list[str]]) -> AsyncIterator[str]:
