@@ -28,6 +28,7 @@ from app.schemas import ExplainResponse, request_model
 from app.service import ExplainService, Prepared, non_finite
 from explainers.games import Cancelled
 from explainers.registry import ExplainerSpec
+from models.modality import Modality
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,11 @@ def batchable(p: Prepared) -> bool:
     """Whether the request's rows can be computed together and each cached as its own answer."""
     if not p.spec.rows_independent or p.evaluate is not None:
         return False
+    modality = p.model.modality
+    # a default budget fits a text request's longest text, and an image request's players (as
+    # superpixels) differ per image: a row's answer would depend on the rows beside it
+    if modality != Modality.TABULAR and not (modality == Modality.TEXT and p.req.budget):
+        return False
     if getattr(p.options, "target_se", None) is not None:  # meta.precision: over every row
         return False
     # a request background's audit covers the outputs explained: the predicted classes of all
@@ -113,32 +119,25 @@ def _failure(exc: ApiError) -> RowAnswer:
     return RowAnswer(error=exc.message, code=exc.code)
 
 
-def compute_rows(
-    rows: Rows, p: Prepared, cancel: Callable[[], bool] | None = None
-) -> list[RowAnswer]:
-    """Compute a prepared batch (every row missed the cache) and cache each row's answer; on an
-    error of the batch, each row alone, so that the error is the row's. A crashed model worker
-    and a cancel raise (the caller's attempt stops)."""
-    svc = rows.svc
-    p.cancel = cancel
-    status = p.status  # miss (cache each row) or bypass (the cache is down)
-    try:
-        outcome = svc.compute(p, encode=False)
-    except ApiError as exc:
-        if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
-            raise
-        if len(p.inputs) == 1:
-            return [_failure(exc)]
-        return [answer_one(rows, x, cancel) for x in p.req.inputs]
+@dataclass(frozen=True)
+class Computed:
+    """A batch's rows computed: each row's answer, its explanations' JSON, how it was cached."""
+
+    answers: list[ExplainResponse]
+    texts: list[tuple[str, ...]]
+    status: str  # miss (each row cached) or bypass
+
+
+def compute_cached(svc: ExplainService, p: Prepared) -> Computed:
+    """Compute a prepared batch whose rows all missed the cache as one request and cache each
+    row's answer under its own key; an error is the batch's (raised)."""
+    outcome = svc.compute(p, encode=False)
     answers = split(outcome.response, len(p.inputs))
     try:  # each row's JSON (the cache's entry); a NaN fails here as one request's would
         encoded = [encode(a) for a in answers]
     except ValueError:
-        if len(p.inputs) == 1:
-            return [_failure(non_finite())]
-        return [answer_one(rows, x, cancel) for x in p.req.inputs]  # which rows: each alone
-    if outcome.response.meta.partial:  # fewer samples than asked: never served again
-        status = "bypass"
+        raise non_finite() from None
+    status = "bypass" if outcome.response.meta.partial else p.status  # partial: never served
     if status == "miss":
         try:
             svc.cache.set_many(dict(zip(p.row_keys(), (b for b, _ in encoded), strict=True)))
@@ -146,7 +145,46 @@ def compute_rows(
             log.warning("%d answers not cached: %s", len(encoded), exc)
             status = "bypass"
     svc.metrics.cache.labels(status).inc(len(answers))
-    return [RowAnswer(a, status, texts=t) for a, (_, t) in zip(answers, encoded, strict=True)]
+    return Computed(answers, [t for _, t in encoded], status)
+
+
+def compute_rows(
+    rows: Rows, p: Prepared, cancel: Callable[[], bool] | None = None
+) -> list[RowAnswer]:
+    """Compute a prepared batch (every row missed the cache) and cache each row's answer; on an
+    error of the batch, each row alone, so that the error is the row's. A crashed model worker
+    and a cancel raise (the caller's attempt stops)."""
+    p.cancel = cancel
+    try:
+        done = compute_cached(rows.svc, p)
+    except ApiError as exc:
+        if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
+            raise
+        if len(p.inputs) == 1:
+            return [_failure(exc)]
+        return [answer_one(rows, x, cancel) for x in p.req.inputs]  # which rows: each alone
+    return [
+        RowAnswer(a, done.status, texts=t) for a, t in zip(done.answers, done.texts, strict=True)
+    ]
+
+
+def joined(answers: Sequence[ExplainResponse], cache: str, request_id: str) -> ExplainResponse:
+    """One-instance answers (from the cache or computed) as one request's answer: their
+    explanations in order, model evaluations and compute time summed, `cache` as said."""
+    first = answers[0]
+    meta = first.meta.model_copy(
+        update={
+            "n_model_evals": sum(a.meta.n_model_evals for a in answers),
+            "n_instances": sum(a.meta.n_instances for a in answers),
+            "exact": all(a.meta.exact for a in answers),
+            "partial": any(a.meta.partial for a in answers),
+            "compute_ms": round(sum(a.meta.compute_ms for a in answers), 3),
+            "cache": cache,
+        }
+    )
+    explanations = [e for a in answers for e in a.data.explanations]
+    data = first.data.model_copy(update={"explanations": explanations})
+    return first.model_copy(update={"id": request_id, "meta": meta, "data": data})
 
 
 SHELL_END = '"explanations": []}}'
@@ -176,7 +214,7 @@ def answer_one(rows: Rows, instance: Any, cancel: Callable[[], bool] | None) -> 
     """One instance as its own request: from the cache, else computed."""
     try:
         p = rows.prepare([instance])
-        hit = cached_rows(rows, p).get(0)
+        hit = cached_rows(rows.svc, p).get(0)
         return hit if hit is not None else compute_rows(rows, p, cancel)[0]
     except ApiError as exc:
         if isinstance(exc.__cause__, Cancelled) or worker_crashed(exc.__cause__):
@@ -184,10 +222,10 @@ def answer_one(rows: Rows, instance: Any, cancel: Callable[[], bool] | None) -> 
         return _failure(exc)
 
 
-def cached_rows(rows: Rows, p: Prepared) -> dict[int, RowAnswer]:
+def cached_rows(svc: ExplainService, p: Prepared) -> dict[int, RowAnswer]:
     """The rows of a prepared batch that the cache answers (one round trip), by position."""
     try:
-        blobs = rows.svc.cache.get_many(p.row_keys())
+        blobs = svc.cache.get_many(p.row_keys())
     except CacheUnavailable:  # answered uncached, and said so
         p.status = "bypass"
         return {}
@@ -197,7 +235,7 @@ def cached_rows(rows: Rows, p: Prepared) -> dict[int, RowAnswer]:
         if b is not None
     }
     if hits:
-        rows.svc.metrics.cache.labels("hit").inc(len(hits))
+        svc.metrics.cache.labels("hit").inc(len(hits))
     return hits
 
 
@@ -233,7 +271,7 @@ def answer(
         return [answer_one(rows, x, cancel) for x in instances]
     if not batchable(p):
         return [answer_one(rows, x, cancel) for x in instances]
-    answers: dict[int, RowAnswer] = cached_rows(rows, p)
+    answers: dict[int, RowAnswer] = cached_rows(rows.svc, p)
     misses = [i for i in range(len(instances)) if i not in answers]
     if misses:
         sub = subset(p, misses)

@@ -15,20 +15,22 @@ import time
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 from fastapi import Request, Response
 
+from app import batch
 from app.cache import CacheUnavailable, hit_answer, scope_tag
 from app.errors import ApiError, GatewayTimeout, Overloaded
 from app.logging import current_request_id
 from app.pool import ComputePool
 from app.schemas import ExplainRequestBase
-from app.service import ExplainService, Outcome, Prepared, limit_text
+from app.service import ExplainService, Outcome, Prepared, limit_text, non_finite
 from explainers.registry import ExplainerSpec
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def service(request: Request) -> ExplainService:
@@ -53,10 +55,13 @@ async def client_left(request: Request) -> None:
 
 
 async def bounded_compute(
-    request: Request, svc: ExplainService, prepared: Prepared
-) -> Outcome | None:
-    """Compute on the bounded pool; 503 when too much waits, 504 at the request's deadline,
-    None when the client left first (there is nobody to answer).
+    request: Request,
+    svc: ExplainService,
+    prepared: Prepared,
+    run: Callable[[Prepared], T] | None = None,
+) -> T | Outcome | None:
+    """Compute on the bounded pool (`run`, default svc.compute); 503 when too much waits, 504
+    at the request's deadline, None when the client left first (there is nobody to answer).
 
     Sampling estimators watch the deadline themselves (and may answer with a partial
     estimate). Whenever the route stops waiting (deadline, client gone, server shutting down)
@@ -74,13 +79,14 @@ async def bounded_compute(
         )
     withdrawn = threading.Event()
     prepared.cancel = withdrawn.is_set
-    done: list[Outcome] = []
+    done: list[Any] = []
+    compute: Callable[[Prepared], Any] = svc.compute if run is None else run
     failed: list[Exception] = []
     left = False
 
     async def work(scope: anyio.CancelScope) -> None:
         try:
-            done.append(await pool.run(svc.compute, prepared))
+            done.append(await pool.run(compute, prepared))
         except Exception as exc:  # the answer's error, raised below outside the task group
             failed.append(exc)
         scope.cancel()
@@ -221,6 +227,16 @@ async def explain(
             prepared = await prepare_request(
                 request, svc, model, spec, body, use_cache, arrived, inline is not None
             )
+            if use_cache and len(prepared.inputs) > 1 and batch.batchable(prepared):
+                outcome = await rows_answer(request, svc, prepared)
+                status = 200 if outcome is not None else 499
+                if outcome is None:  # the client left
+                    return Response(status_code=499)
+                return Response(
+                    outcome.json,
+                    media_type="application/json",
+                    headers={"X-Cache": outcome.cache.upper()},
+                )
             if prepared.status == "miss":
                 key = prepared.key
                 if memo_key is not None:
@@ -260,3 +276,29 @@ async def explain(
         media_type="application/json",
         headers={"X-Cache": outcome.cache.upper()},
     )
+
+
+async def rows_answer(request: Request, svc: ExplainService, p: Prepared) -> Outcome | None:
+    """A request of several instances through the batch entry (app/batch.py), as an audit's
+    slice: each row looked up under the key a request of it alone has (one round trip), the
+    misses computed as one request on the bounded pool and cached a row at a time, the answer
+    joined from the rows. None: the client left."""
+    io = request.app.state.io_limiter
+    hits = await anyio.to_thread.run_sync(batch.cached_rows, svc, p, limiter=io)
+    answers = {i: h.response for i, h in hits.items() if h.response is not None}
+    misses = [i for i in range(len(p.inputs)) if i not in answers]
+    cache = "hit" if p.status == "miss" else p.status  # bypass: the cache did not answer
+    if misses:
+        sub = batch.subset(p, misses)
+        done = await bounded_compute(request, svc, sub, partial(batch.compute_cached, svc))
+        if done is None:
+            return None
+        computed = cast(batch.Computed, done)
+        answers.update(zip(misses, computed.answers, strict=True))
+        cache = computed.status
+    response = batch.joined([answers[i] for i in range(len(p.inputs))], cache, p.request_id)
+    try:  # the rows were encoded once already (cached or just computed): no NaN here
+        text = response.to_json()
+    except ValueError:
+        raise non_finite() from None
+    return Outcome(response, text.encode())

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
-from fastapi import APIRouter, File, Form, Header, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -164,23 +164,23 @@ async def submit(
 UPLOAD_CHUNK = 1000  # instances per task of an uploaded audit without chunk_size
 
 
-@router.post("/v2/jobs/upload", status_code=202, responses=ERROR_RESPONSES)
+@router.post(
+    "/v2/jobs/upload",
+    status_code=202,
+    responses=ERROR_RESPONSES,
+    openapi_extra=uploads.FORM_SCHEMA,
+)
 async def submit_upload(
     request: Request,
-    job: str = Form(..., description="the job as JSON, without inputs"),
-    file: UploadFile = File(
-        ...,
-        description="instances: .jsonl (an instance per line), .csv (a header of feature "
-        "names) or .parquet (a column per feature); read a chunk at a time, up to "
-        "MAX_UPLOAD_BYTES",
-    ),
     idempotency_key: str | None = Header(None, max_length=200),
 ) -> JSONResponse:
-    """Submit an audit whose instances come from an uploaded file, read and stored a chunk at a
-    time (a million rows are never held at once). The first chunk is validated as an inline
-    job would be (and its first instance run up to its first model call); every chunk's
-    instances are checked before the job is queued: a bad row is a 400 naming its line, and
-    nothing is kept."""
+    """Submit an audit whose instances come from an uploaded file (a `job` field, the job as
+    JSON without inputs, and a `file` part), read and stored a chunk at a time (a million rows
+    are never held at once). A file in no format read here is refused from its first bytes,
+    before the rest is received. The first chunk is validated as an inline job would be (and
+    its first instance run up to its first model call); every chunk's instances are checked
+    before the job is queued: a bad row is a 400 naming its line, and nothing is kept."""
+    job, file = await uploads.form(request)
     try:
         fields = json.loads(job)
     except json.JSONDecodeError as exc:

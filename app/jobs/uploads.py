@@ -1,7 +1,9 @@
 """Instances from an uploaded file, read a batch at a time (never the whole file at once):
 JSON lines (an instance per line), CSV with a header of feature names, or Parquet (a column per
 feature). The format is read from the first bytes (Parquet's magic) and the file's name; anything
-else is a 400 after reading at most SNIFF_BYTES."""
+else is a 400 after reading at most SNIFF_BYTES. `form` reads the multipart request itself and
+sniffs the file part as its bytes arrive: a 2 GB file in no format read here is refused after
+its first SNIFF_BYTES, not after the whole body has been received."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any
 
-from app.errors import InvalidInput
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+
+from app.errors import InvalidInput, Unprocessable
 
 SNIFF_BYTES = 4096
 PARQUET_MAGIC = b"PAR1"
@@ -108,4 +114,87 @@ def _parquet(file: IO[bytes], size: int) -> Iterator[dict[str, Any]]:
         raise InvalidInput(f"the Parquet file cannot be read: {exc}") from None
 
 
-__all__ = ["FORMATS", "batches", "sniff"]
+FORM_FIELD_BYTES = 1024 * 1024  # the job field (xai's FORM_FIELD_LIMIT)
+
+
+class _Sniffing(MultiPartParser):
+    """Starlette's multipart parser, with the file part's first SNIFF_BYTES sniffed as soon as
+    they have arrived (its per-part callbacks, extended): `sniff`'s 400 is raised from inside
+    the parse, and the rest of the body is never read."""
+
+    def __init__(self, request: Request) -> None:
+        super().__init__(
+            request.headers, request.stream(), max_files=1, max_fields=8,
+            max_part_size=FORM_FIELD_BYTES,
+        )  # fmt: skip
+        self._head = bytearray()
+        self._sniffed = False
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._current_part.file is not None and not self._sniffed:
+            self._head += data[start:end]
+            if len(self._head) >= SNIFF_BYTES:
+                self._sniff()
+        super().on_part_data(data, start, end)
+
+    def on_part_end(self) -> None:
+        if self._current_part.file is not None and not self._sniffed:
+            self._sniff()  # a file shorter than SNIFF_BYTES
+        super().on_part_end()
+
+    def _sniff(self) -> None:
+        self._sniffed = True
+        name = self._current_part.file.filename if self._current_part.file else ""
+        sniff(io.BytesIO(bytes(self._head[:SNIFF_BYTES])), name or "")
+
+
+async def form(request: Request) -> tuple[str, UploadFile]:
+    """The upload's `job` field and `file` part (spooled to disk past 1 MiB), read from the
+    request's stream; 400 for a body that is not multipart form data or a file in no format
+    read here (as soon as its first bytes say so), 422 for a missing part."""
+    kind = request.headers.get("content-type", "")
+    if not kind.lower().startswith("multipart/form-data"):
+        raise InvalidInput(
+            "an upload is multipart/form-data: a `job` field (JSON) and a `file` part",
+            code="unsupported_upload",
+        )
+    try:
+        parsed = await _Sniffing(request).parse()
+    except MultiPartException as exc:
+        raise InvalidInput(f"the multipart body cannot be read: {exc.message}") from None
+    job, file = parsed.get("job"), parsed.get("file")
+    if not isinstance(job, str):
+        raise Unprocessable("the form needs a `job` field: the job as JSON, without inputs")
+    if not isinstance(file, UploadFile):
+        raise Unprocessable("the form needs a `file` part: the instances (.jsonl, .csv, .parquet)")
+    return job, file
+
+
+# The request body of POST /v2/jobs/upload, for the OpenAPI document (the route reads it itself)
+FORM_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["job", "file"],
+                    "properties": {
+                        "job": {"type": "string", "description": "the job as JSON, without inputs"},
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "instances: .jsonl (an instance per line), .csv (a "
+                            "header of feature names) or .parquet (a column per feature); read "
+                            "a chunk at a time, up to MAX_UPLOAD_BYTES; a file in none of these "
+                            f"is refused after its first {SNIFF_BYTES} bytes",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+__all__ = ["FORMATS", "FORM_SCHEMA", "batches", "form", "sniff"]

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from app.batch import Rows, encode, split
+from app.batch import Rows, batchable, encode, split
 from app.jobs.results import AuditResult, stored_json
 from app.jobs.runner import final_status
 from app.jobs.store import JobStore
@@ -55,6 +55,13 @@ def test_row_keys_are_the_keys_of_each_row_alone(
                 for x in instances
             ]
             assert keys == alone and len(set(keys)) == len(instances)
+        # a text batch without a budget is not computed together: the default budget fits the
+        # longest text, so a short text's answer would depend on the texts beside it
+        texts = ["good", "a long and winding plot that never seems to end at all, sadly"]
+        for fields, together in (({"budget": 64}, True), ({}, False)):
+            p = Rows(svc, "sentiment-minilm", spec, fields).prepare(texts)
+            assert batchable(p) is together, fields
+        assert batchable(Rows(svc, "diabetes-mlp", spec, {}).prepare(rows))
         # each row's cache entry is the bytes its answer's own to_json gives, made of the
         # explanations' JSON encoded once
         p = Rows(svc, "diabetes-mlp", spec, {"seed": 3}).prepare(rows)
@@ -100,6 +107,46 @@ def test_audit_rows_are_the_synchronous_answers_and_share_the_cache(
         again = wait(client, client.post("/v2/jobs", json=body).json()["id"])
         assert again["summary"]["cache_hits"] == 12
         assert {r["cache"] for r in lines(client, again["id"])} == {"hit"}
+
+
+def test_a_synchronous_request_of_many_rows_shares_the_row_cache(
+    db: str, registry: ModelRegistry, model_dir: Path
+) -> None:
+    """A synchronous request of several rows goes through the batch entry: each row is looked
+    up and cached under its one-row key, so a request that repeats some rows computes only the
+    others, and its answer equals the rows computed together afresh."""
+    with app_for(db, registry, model_dir) as client:
+        url = f"/v2/models/{CANCER}/explain/shapley"
+        rows = examples(client, CANCER, 6)
+        svc = client.app.state.service  # type: ignore[attr-defined]
+        spent = svc.metrics.model_evals.labels(CANCER, "shapley")
+        first = client.post(url, json={"inputs": rows[:4], "budget": 8000})
+        assert first.headers["x-cache"] == "MISS" and first.json()["meta"]["cache"] == "miss"
+        one = client.post(url, json={"inputs": [rows[2]], "budget": 8000})
+        assert one.headers["x-cache"] == "HIT"  # cached by the 4-row request, as its own row
+        before = spent._value.get()
+        mixed = client.post(url, json={"inputs": rows[2:6], "budget": 8000}).json()
+        assert mixed["meta"]["cache"] == "miss" and mixed["meta"]["n_instances"] == 4
+        news = mixed["data"]["explanations"][2:]  # only rows 4 and 5 were computed
+        assert spent._value.get() - before == sum(e["n_model_evals"] for e in news) > 0
+        fresh = client.post(
+            url,
+            json={"inputs": rows[2:6], "budget": 8000},
+            headers={"cache-control": "no-cache"},
+        ).json()
+        assert fresh["meta"]["cache"] == "bypass"
+        for got, want in zip(
+            mixed["data"]["explanations"], fresh["data"]["explanations"], strict=True
+        ):
+            np.testing.assert_allclose(got["values"], want["values"], rtol=1e-9)
+            assert got["output_index"] == want["output_index"] == 1
+        assert mixed["meta"]["n_model_evals"] == fresh["meta"]["n_model_evals"]
+        assert [e["values"] for e in mixed["data"]["explanations"][:2]] == [
+            e["values"] for e in first.json()["data"]["explanations"][2:]
+        ]  # rows 2 and 3 came from the cache: the first request's own answers
+        again = client.post(url, json={"inputs": rows[:6], "budget": 8000})
+        assert again.headers["x-cache"] == "HIT" and again.json()["meta"]["n_instances"] == 6
+        assert again.json()["meta"]["cache"] == "hit"
 
 
 def test_a_budget_below_the_minimum_is_refused_at_submission(
