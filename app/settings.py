@@ -178,6 +178,11 @@ class Settings(BaseSettings):
         "run in model worker processes (no network, empty root, rlimits, user nobody); off: in "
         "the server process (debugging only)",
     )
+    trusted_model_code: bool = Field(
+        False,
+        description="with MODEL_SANDBOX=off only: true lets TorchScript files load in the "
+        "server process (their code runs there); false refuses them (400)",
+    )
     model_worker_memory_mb: int = Field(
         4096, ge=0, description="address space of one model worker (RLIMIT_AS, MiB); 0: none"
     )

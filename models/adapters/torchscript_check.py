@@ -15,7 +15,12 @@ modules and classes while it loads, so the check has two halves:
 The deny set comes from the operator schemas (`torch._C._jit_get_all_schemas()`): operators that
 take a file name or path, a Storage, a Future or Await (threads), plus the ones named in
 `_EXPLICIT`: file and printing operators, forks and RPC, the profiler, global seeds, indexing
-without bounds checks. A refusal is an InvalidModelError (400) naming the operator.
+without bounds checks, views with caller-chosen sizes, strides or offsets (`as_strided`,
+`_reshape_alias`: a view past its buffer reads the worker's heap), sparse tensors built without
+their invariant checks, and every operator with an argument that switches a check off
+(`unsafe`, `check_invariants`). Strings are checked as the parser reads them (implicit
+concatenation, `+` and f-strings of constants folded), not token by token. A refusal is an
+InvalidModelError (400) naming the operator.
 """
 
 from __future__ import annotations
@@ -78,6 +83,34 @@ _EXPLICIT: dict[str, str] = {
     "aten::_unsafe_masked_index": "indexes without bounds checks",
     "aten::_unsafe_masked_index_put_accumulate": "indexes without bounds checks",
     "aten::segment_reduce": "indexes without bounds checks (unsafe=True)",
+    **dict.fromkeys(
+        (
+            "aten::as_strided", "aten::as_strided_", "aten::as_strided_copy",
+            "aten::as_strided_scatter", "prims::as_strided", "prims::as_strided_scatter",
+            "aten::_reshape_alias", "aten::_reshape_alias_copy", "aten::_unsafe_view",
+            "aten::_nested_view_from_buffer", "aten::_nested_view_from_buffer_copy",
+            "prims::collapse_view",
+        ),
+        "builds a view over memory with caller-chosen sizes, strides or offsets",
+    ),
+    **dict.fromkeys(
+        (
+            "aten::_sparse_coo_tensor_unsafe", "aten::_sparse_compressed_tensor_unsafe",
+            "aten::_sparse_csr_tensor_unsafe", "aten::_sparse_csc_tensor_unsafe",
+            "aten::_sparse_bsr_tensor_unsafe", "aten::_sparse_bsc_tensor_unsafe",
+            "aten::_sparse_coo_tensor_with_dims_and_tensors",
+            "aten::_sparse_compressed_tensor_with_dims", "aten::_coalesced_",
+            "aten::sparse_resize", "aten::sparse_resize_", "aten::sparse_resize_and_clear",
+            "aten::sparse_resize_and_clear_",
+        ),
+        "builds a sparse tensor without its invariant checks",
+    ),
+}  # fmt: skip
+# An argument by these names switches a check off (index_put's unsafe, a sparse constructor's
+# check_invariants): every operator that takes one is refused.
+_UNCHECKED_ARGS = {
+    "unsafe": "indexes without bounds checks (unsafe=True)",
+    "check_invariants": "can build a sparse tensor without its invariant checks",
 }
 _PATH_ARGS = frozenset({"filename", "path", "file", "filepath", "dir", "directory", "f"})
 # Names too common to refuse wherever they appear in source: refused as `torch.x`, `ops.ns.x`
@@ -95,9 +128,13 @@ def denied() -> dict[str, str]:
             continue
         types = [str(a.type) for a in schema.arguments] + [str(r.type) for r in schema.returns]
         strings = {a.name for a in schema.arguments if str(a.type).startswith("str")}
+        args = {a.name for a in schema.arguments}
         base = name.split("::")[1].lower()
+        unchecked = [why for arg, why in _UNCHECKED_ARGS.items() if arg in args]
         if strings & _PATH_ARGS or "from_file" in base or base.endswith(("_load", "_save")):
             out[name] = FILES
+        elif unchecked:
+            out[name] = unchecked[0]
         elif any("Storage" in t for t in types):
             out[name] = "points a tensor at other memory (Storage)"
         elif any(t.startswith(("Future", "Await")) for t in types):
@@ -184,8 +221,41 @@ def _string_value(token: str) -> str:
     return value if isinstance(value, str) else token
 
 
+def _constant_strings(name: str, raw: bytes) -> Iterator[tuple[str, int]]:
+    """Every string the source spells as a constant, with its line: literals (implicit
+    concatenation already joined by the parser), `+` of constants and f-strings of constants
+    folded, so that `getattr(torch, "from_" "file")` is seen as "from_file"."""
+    try:
+        tree = ast.parse(raw.decode("utf-8"))
+    except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise InvalidModelError(f"TorchScript source {name} cannot be read: {exc}") from None
+
+    def folded(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = folded(node.left), folded(node.right)
+            return None if left is None or right is None else left + right
+        if isinstance(node, ast.FormattedValue) and node.format_spec is None:
+            return folded(node.value)
+        if isinstance(node, ast.JoinedStr):
+            parts = [folded(v) for v in node.values]
+            return None if any(p is None for p in parts) else "".join(p or "" for p in parts)
+        return None
+
+    for node in ast.walk(tree):
+        value = folded(node)
+        if value is not None:
+            yield unicodedata.normalize("NFKC", value), getattr(node, "lineno", 0)
+
+
 def _check_code(name: str, raw: bytes) -> None:
     names = _denied_names()
+    for value, line in _constant_strings(name, raw):  # getattr(torch, "from_" "file") compiles
+        if value in names:
+            raise _refuse(names[value], f" (source {name}, line {line})")
+        if value in _namespaces_denied():
+            raise _refuse(f"{value}::*", f" (source {name}, line {line})")
     toks = [t for t in _tokens(name, raw) if t.type not in (tokenize.NL, tokenize.COMMENT)]
     words = [unicodedata.normalize("NFKC", t.string) if t.type == tokenize.NAME else t.string
              for t in toks]  # fmt: skip
@@ -303,6 +373,9 @@ def _kinds(method: Any) -> Iterator[tuple[str, Any]]:
 def check_module(module: torch.jit.ScriptModule) -> None:
     """Walk every method graph of the loaded module (module docstring): InvalidModelError
     naming the first operator outside the allow-list."""
+    # every sparse tensor this process builds is checked (an allowed constructor with an index
+    # out of range would otherwise write past its buffer); process-wide, on for good
+    torch.sparse.check_sparse_tensor_invariants.enable()
     deny = denied()
     for path, obj in _objects(module):
         for method_name, method in _methods(obj):

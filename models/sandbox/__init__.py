@@ -55,6 +55,7 @@ def configure_from_settings(settings: Any) -> None:
             build_timeout_s=float(settings.model_worker_call_timeout_s),
             processes=int(settings.model_worker_processes),
             threads=int(settings.torch_threads),
+            trusted_code=bool(getattr(settings, "trusted_model_code", False)),
         )
     )
 
@@ -62,6 +63,20 @@ def configure_from_settings(settings: Any) -> None:
 def sandboxed(fmt: str) -> bool:
     """Whether models of format `fmt` run in worker processes now."""
     return current_config().enabled and fmt in SANDBOXED
+
+
+CODE_FORMATS = ("torchscript",)  # loading runs the file's code (__setstate__) in the process
+
+
+def _refuse_code_in_process(fmt: str) -> None:
+    """With MODEL_SANDBOX=off a TorchScript file would load (and run its code) in the server
+    process: refused unless TRUSTED_MODEL_CODE says the models are trusted."""
+    if fmt in CODE_FORMATS and not current_config().trusted_code:
+        raise InvalidModelError(
+            f"MODEL_SANDBOX=off loads {fmt} files in the server process, where their code runs "
+            "with the server's rights: refused unless the operator sets TRUSTED_MODEL_CODE=true "
+            "(or turns the sandbox on)"
+        )
 
 
 def _in_worker(
@@ -130,6 +145,7 @@ def sandboxed_build(meta: dict[str, Any], files: dict[str, bytes]) -> Model:
 
     decl = Declaration.from_dict(meta)
     if not sandboxed(decl.format):
+        _refuse_code_in_process(decl.format)
         return build_model(meta, files)
     data = files.get("model", b"")
     meta = {**meta, "version": meta.get("version") or content_version(data, decl)}
@@ -149,6 +165,7 @@ def sandboxed_register(
     from models.device import place
 
     if not sandboxed(decl.format):
+        _refuse_code_in_process(decl.format)
         return register(decl, files, device, max_batch_bytes)
     meta = decl.as_dict()
     data = files.get("model", b"")

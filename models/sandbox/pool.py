@@ -16,11 +16,12 @@ import atexit
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -66,6 +67,7 @@ class SandboxConfig:
     nproc: int = 4096  # processes and threads of uid nobody (all workers together)
     idle_s: float = 600.0  # an unused worker stops after this; the next call starts it again
     skip_file_checks: bool = False  # tests of the sandbox only: the upload checks let all in
+    trusted_code: bool = False  # TRUSTED_MODEL_CODE: with the sandbox off, TorchScript may load
 
 
 _config = SandboxConfig()
@@ -94,8 +96,48 @@ def _signal_name(code: int | None) -> str:
     return f"exit code {code}"
 
 
+# What the zygote's environment keeps of the server's: names a library reads at import (locale,
+# threads, caches), never one that looks like a secret (a token, key, password, URL).
+ZYGOTE_ENV = frozenset(
+    {"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HOME", "LD_LIBRARY_PATH", "PYTHONHASHSEED",
+     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "XDG_CACHE_HOME"}
+)  # fmt: skip
+ZYGOTE_ENV_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "HF_", "TRANSFORMERS_")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "URL", "CREDENTIAL", "AUTH")
+
+
+def zygote_environment(env: dict[str, str]) -> dict[str, str]:
+    """The part of `env` the workers' zygote starts with (ZYGOTE_ENV, ZYGOTE_ENV_PREFIXES; no
+    name holding SECRET_WORDS): API_KEYS, DATABASE_URL, REDIS_URL and the rest stay out."""
+    return {
+        k: v
+        for k, v in env.items()
+        if (k in ZYGOTE_ENV or k.startswith(ZYGOTE_ENV_PREFIXES))
+        and not any(word in k.upper() for word in SECRET_WORDS)
+    }
+
+
+def _clean_spawn(original: Callable[..., Any]) -> Callable[..., Any]:
+    """multiprocessing's helper-process spawner (the forkserver's, the resource tracker's), run
+    through `env -i` with `zygote_environment`: the new interpreter never holds the server's
+    environment, so neither does a byte of any worker's memory (a worker forks from it; Python
+    copies the environment into its heap at start, where clearing it later leaves the bytes)."""
+
+    def spawn(path: str | bytes, args: Sequence[str], passfds: Sequence[int]) -> int:
+        env = [f"{k}={v}" for k, v in zygote_environment(dict(os.environ)).items()]
+        command = ["env", "-i", *env, os.fsdecode(path), *args[1:]]
+        return int(original(os.fsencode(ENV_BIN), command, passfds))
+
+    spawn.clean = True  # type: ignore[attr-defined]
+    return spawn
+
+
+ENV_BIN = "/usr/bin/env"
+
+
 def _ctx() -> Any:
-    """The forkserver context, its zygote preloading the libraries (spawn where there is none)."""
+    """The forkserver context, its zygote preloading the libraries (spawn where there is none),
+    started from a clean environment (`_clean_spawn`)."""
     global _context
     if _context is None:
         ctx: Any
@@ -104,6 +146,10 @@ def _ctx() -> Any:
             ctx.set_forkserver_preload(list(worker.PRELOAD))
         except ValueError:
             ctx = multiprocessing.get_context("spawn")
+        from multiprocessing import util
+
+        if os.path.exists(ENV_BIN) and not getattr(util.spawnv_passfds, "clean", False):
+            util.spawnv_passfds = _clean_spawn(util.spawnv_passfds)
         _context = ctx
     return _context
 

@@ -102,6 +102,7 @@ def sandbox(
         with contextlib.suppress(ImportError):
             __import__(name)
     torch.set_num_threads(max(1, threads))
+    torch.sparse.check_sparse_tensor_invariants.enable()  # no sparse tensor past its buffer
     with contextlib.suppress(Exception):
         libc.mallopt(-8, 2)  # M_ARENA_MAX: few malloc arenas, so the address space stays small
     os.environ.clear()  # the server's environment (database URL, keys) is not the model's

@@ -132,6 +132,33 @@ class WithCtx(nn.Module):  # a class method the graphs never inline: the source 
         return y
 
 
+class ReadsHeap(nn.Module):
+    """Issue 39's memory read: a view of caller-chosen strides over a 64-byte buffer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        buf = torch.zeros(16)
+        view = torch.ops.aten._reshape_alias(buf, [4096, 256], [256, 1])
+        return x + view.sum()
+
+
+class Strided(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.as_strided(x, [1000, 1000], [1, 1], 0).sum()
+
+
+class UncheckedSparse(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = torch.tensor([[100000]])
+        dense = torch.ops.aten._sparse_coo_tensor_unsafe(idx, torch.ones(1), [8]).to_dense()
+        return x + dense.sum()
+
+
+class UnsafeIndexPut(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        i = torch.tensor([10**9])
+        return torch.ops.aten._index_put_impl_(x.clone(), [i], torch.ones(1), False, True)
+
+
 HOSTILE = [
     (ReadsFile, "aten::from_file", "host files"),
     (WritesFile, "aten::save", "host files"),
@@ -141,6 +168,10 @@ HOSTILE = [
     (Exported, "aten::from_file", "host files"),
     (AtLoad, "aten::from_file", "host files"),
     (WithCtx, "aten::from_file", "host files"),
+    (ReadsHeap, "aten::_reshape_alias", "caller-chosen sizes, strides or offsets"),
+    (Strided, "aten::as_strided", "caller-chosen sizes, strides or offsets"),
+    (UncheckedSparse, "aten::_sparse_coo_tensor_unsafe", "invariant checks"),
+    (UnsafeIndexPut, "aten::_index_put_impl_", "without bounds checks"),
 ]
 
 
@@ -191,6 +222,10 @@ def _rewritten(data: bytes, body: str) -> bytes:
         '    return ops . aten . from_file("/etc/hostname", False, 1)\n',
         '    return torch.\\\n from_file("/etc/hostname", False, 1)\n',
         "    return torch.ops.myns.evil(x)\n",
+        # issue 39: a string built from pieces is still the operator's name
+        '    return getattr(torch, "from_" "file")("/etc/hostname", False, 1)\n',
+        '    return getattr(torch, "from_" + "file")("/etc/hostname", False, 1)\n',
+        '    return getattr(torch, f"from_{\'file\'}")("/etc/hostname", False, 1)\n',
     ],
 )
 def test_hand_written_source_spellings_are_refused(body: str) -> None:
@@ -206,6 +241,23 @@ def test_custom_namespaces_are_refused_and_the_deny_set_comes_from_schemas() -> 
     data = _rewritten(saved(torch.jit.script(bm.ConstScale())), "    return ops.myns.f(x)\n")
     with pytest.raises(InvalidModelError, match=r"myns::f is not allowed \(a custom operator"):
         check_source(data)
+
+
+def test_sparse_tensors_are_checked_once_a_model_is() -> None:
+    """A sparse tensor built by an allowed constructor with an out-of-range index is an error,
+    not a write past its buffer: checking a module turns sparse invariant checks on for the
+    process (a worker checks every model it loads)."""
+
+    class Sparse(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            idx = (x[:1, :1] * 0 + 100000).long().t()
+            return x + torch.sparse_coo_tensor(idx, torch.ones(1), [8]).to_dense().sum()
+
+    module = torch.jit.load(io.BytesIO(saved(torch.jit.script(Sparse()))))
+    check_module(module)
+    assert torch.sparse.check_sparse_tensor_invariants.is_enabled()
+    with pytest.raises(RuntimeError, match=r"out of bounds|index"):
+        module(torch.zeros(1, 6))
 
 
 def test_the_check_can_be_skipped_only_through_the_library() -> None:
@@ -342,3 +394,23 @@ def test_good_npy_backgrounds_still_load(tmp_path: Path) -> None:
         np.save(buf, arr)
         np.testing.assert_array_equal(load_background(buf.getvalue(), decl()), rows)
     assert json.dumps(1)
+
+
+def test_sandbox_off_refuses_torchscript_unless_trusted() -> None:
+    """MODEL_SANDBOX=off would load the file (and run its __setstate__) in the server process:
+    refused before anything loads unless TRUSTED_MODEL_CODE; ONNX still loads (no code)."""
+    from dataclasses import replace
+
+    from models.sandbox import configure, current_config, sandboxed_register
+
+    before = current_config()
+    data = saved(torch.jit.script(bm.ConstScale()))
+    try:
+        configure(replace(before, enabled=False))
+        with pytest.raises(InvalidModelError, match="TRUSTED_MODEL_CODE"):
+            sandboxed_register(decl(), {"model": data})
+        configure(replace(before, enabled=False, trusted_code=True))
+        model, _ = sandboxed_register(decl(), {"model": data})
+        assert model.predict(np.zeros((2, 6), dtype=np.float32)).shape[0] == 2
+    finally:
+        configure(before)
