@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import ipaddress
 import math
 import os
 import socket
 import tempfile
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -49,16 +50,84 @@ def processes(environ: dict[str, str] | os._Environ[str], cores: int) -> int:
 
 
 class NoDelayHTTP(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-    """uvicorn's HTTP protocol with TCP_NODELAY on every connection. A worker gets the shared
-    listening socket back from its parent with proto 0, so asyncio does not set it on accepted
-    connections itself; without it an answer's second write waits for the delayed ACK: 44 ms
-    per request (measured: 22 requests/s on one connection)."""
+    """uvicorn's HTTP protocol with TCP_NODELAY on every connection, a header deadline and a cap
+    on connections per client address (issue 39).
+
+    TCP_NODELAY: a worker gets the shared listening socket back from its parent with proto 0,
+    so asyncio does not set it on accepted connections itself; without it an answer's second
+    write waits for the delayed ACK: 44 ms per request (measured: 22 requests/s on one
+    connection).
+
+    Slow clients: uvicorn has no header timeout (a connection that sends half a request line
+    stays open), so a connection whose request headers are not complete HEADER_TIMEOUT_S after
+    it opened, or after its last answer while it sends the next request, is closed; a client
+    address with MAX_CONNECTIONS_PER_CLIENT open connections (per API process) has further
+    ones closed at once. Behind a proxy every connection comes from the proxy's address: raise
+    the cap there (the compose nginx has its own limits)."""
+
+    _open: ClassVar[dict[str, int]] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        timeout, cap = connection_limits()
+        if cap and self._open.get(self._peer, 0) >= cap:
+            self._peer = ""  # not counted
+            transport.close()
+            return
+        if self._peer:
+            self._open[self._peer] = self._open.get(self._peer, 0) + 1
         super().connection_made(transport)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._watch(None, timeout)
+
+    def _watch(self, cycle: object, timeout: float) -> None:
+        """Close the connection if, `timeout` s from now, it still has not started a request
+        after `cycle` (None: the first)."""
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        self._watched = cycle
+        if timeout > 0:
+            self._header_timer = asyncio.get_running_loop().call_later(
+                timeout, self._headers_late, cycle
+            )
+
+    def _headers_late(self, cycle: object) -> None:
+        self._header_timer = None
+        if getattr(self, "cycle", None) is cycle and not self.transport.is_closing():
+            self.transport.close()  # its request headers did not arrive in time
+
+    def data_received(self, data: bytes) -> None:
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and cycle.response_complete and self._watched is not cycle:
+            self._watch(cycle, connection_limits()[0])  # the next request's headers
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if getattr(self, "_header_timer", None) is not None:
+            self._header_timer.cancel()  # type: ignore[union-attr]
+        peer = getattr(self, "_peer", "")
+        if peer:
+            left = self._open.get(peer, 1) - 1
+            if left > 0:
+                self._open[peer] = left
+            else:
+                self._open.pop(peer, None)
+        if hasattr(self, "transport"):
+            super().connection_lost(exc)
+
+
+@functools.cache
+def connection_limits() -> tuple[float, int]:
+    """(HEADER_TIMEOUT_S, MAX_CONNECTIONS_PER_CLIENT) of this process's settings."""
+    from app.settings import Settings
+
+    settings = Settings()
+    return float(settings.header_timeout_s), int(settings.max_connections_per_client)
 
 
 def worker_app() -> Any:

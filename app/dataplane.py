@@ -22,7 +22,8 @@ from fastapi import Request, Response
 
 from app import batch
 from app.cache import CacheUnavailable, hit_answer, scope_tag
-from app.errors import ApiError, GatewayTimeout, Overloaded
+from app.errors import ApiError, GatewayTimeout, KeyBusy, Overloaded
+from app.fair import identity
 from app.logging import current_request_id
 from app.pool import ComputePool
 from app.schemas import ExplainRequestBase
@@ -39,8 +40,9 @@ def service(request: Request) -> ExplainService:
 
 
 async def off_loop(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run blocking work (model loading, explaining) in the bounded worker pool."""
-    return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.limiter)
+    """Run a blocking read (model loading and metadata, infer, examples) off the event loop,
+    on the read threads (READ_WORKERS): never behind the explanations' compute slots."""
+    return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.read_limiter)
 
 
 GRACE_S = 0.25  # past a deadline: let a cooperative explainer return its partial estimate first
@@ -52,6 +54,35 @@ async def client_left(request: Request) -> None:
     the middlewares (app/main.py, app/logging.py, app/auth.py) pass it through."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def admit(request: Request) -> str:
+    """Whose heavy work this is (app/fair.py identity), once there is room for it: 503 when
+    MAX_PENDING_EXPLAINS are queued or running, else 429 when that key has its share."""
+    state = request.app.state
+    pool: ComputePool = state.pool
+    who = identity(request)
+    if pool.full():
+        raise Overloaded(
+            f"{state.pending_explains} explanations are already queued or running (abandoned "
+            "ones still stopping included); retry soon",
+            headers={"Retry-After": "1"},
+        )
+    if pool.full_for(who):
+        raise KeyBusy(
+            f"this key has {pool.by_key.get(who, 0)} explanations queued or running, its share "
+            f"(MAX_PENDING_PER_KEY={pool.share()}); retry soon: other keys are served meanwhile",
+            headers={"Retry-After": "1"},
+        )
+    return who
+
+
+async def heavy(request: Request, fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) on a compute slot in its key's turn, admitted as an explanation is (/evaluate:
+    it has no deadline of its own)."""
+    who = admit(request)
+    pool: ComputePool = request.app.state.pool
+    return await pool.run(fn, *args, who=who)
 
 
 async def bounded_compute(
@@ -69,14 +100,8 @@ async def bounded_compute(
     cached. Until it has stopped it keeps its compute slot and counts against
     MAX_PENDING_EXPLAINS (app/pool.py): abandoned work never runs beside EXPLAIN_WORKERS others.
     """
-    state = request.app.state
-    pool: ComputePool = state.pool
-    if pool.full():
-        raise Overloaded(
-            f"{state.pending_explains} explanations are already queued or running (abandoned "
-            "ones still stopping included); retry soon",
-            headers={"Retry-After": "1"},
-        )
+    pool: ComputePool = request.app.state.pool
+    who = admit(request)
     withdrawn = threading.Event()
     prepared.cancel = withdrawn.is_set
     done: list[Any] = []
@@ -86,7 +111,7 @@ async def bounded_compute(
 
     async def work(scope: anyio.CancelScope) -> None:
         try:
-            done.append(await pool.run(compute, prepared))
+            done.append(await pool.run(compute, prepared, who=who))
         except Exception as exc:  # the answer's error, raised below outside the task group
             failed.append(exc)
         scope.cancel()

@@ -87,6 +87,14 @@ class Overloaded(ApiError):
     code = "overloaded"
 
 
+class KeyBusy(ApiError):
+    """This key has its share of heavy work queued or running (429 with Retry-After); other
+    keys go on (app/fair.py)."""
+
+    status = 429
+    code = "key_busy"
+
+
 class GatewayTimeout(ApiError):
     status = 504
     code = "timeout"

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import auth, docs, errors, ratelimit, repository, ui
 from app.cache import Cache, MemoryCache, RedisCache
 from app.dataplane import KeyMemo
+from app.fair import FairSlots
 from app.jobs import routes as job_routes
 from app.jobs.queue import CeleryQueue, InProcessQueue, Queue
 from app.jobs.runner import JobContext
@@ -226,7 +227,8 @@ def create_app(settings: Settings | None = None, registry: ModelRegistry | None 
         log.info("registered model %s imported from the folder layout", name)
     registry.use_store(app.state.user_models)
     configure_remote(remote_config(settings))  # REMOTE_*: remote models built from now on
-    app.state.limiter = anyio.CapacityLimiter(settings.explain_workers)
+    app.state.limiter = FairSlots(settings.explain_workers)  # round robin between keys
+    app.state.read_limiter = anyio.CapacityLimiter(settings.read_workers)
     app.state.io_limiter = anyio.CapacityLimiter(settings.io_workers)
     app.state.key_memo = KeyMemo()  # cache keys of repeated small explain bodies
     app.state.pending_explains = 0  # explanations queued or running (bounded: 503 beyond)

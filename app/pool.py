@@ -1,5 +1,5 @@
 """The explanation compute pool: EXPLAIN_WORKERS slots, each held until its thread has really
-stopped.
+stopped, handed out fairly between keys (app/fair.py).
 
 A route that stops waiting (its deadline, a client gone, a shutdown) answers at once, but a
 Python thread cannot be killed: it stops at its next deadline check (explainers call
@@ -19,15 +19,19 @@ from typing import Any, TypeVar
 import anyio
 from prometheus_client import CollectorRegistry, Gauge
 
+from app.fair import FairSlots
+
 T = TypeVar("T")
 
 
 class ComputePool:
-    """Runs explanations on the app's limiter (`state.limiter`, EXPLAIN_WORKERS slots) and
-    counts them in `state.pending_explains` (queued, running, and abandoned but running)."""
+    """Runs explanations on the app's slots (`state.limiter`, a FairSlots of EXPLAIN_WORKERS)
+    and counts them in `state.pending_explains` (queued, running, and abandoned but running),
+    and per key (`by_key`)."""
 
     def __init__(self, state: Any, registry: CollectorRegistry) -> None:
         self.state = state
+        self.by_key: dict[str, int] = {}  # queued or running, per key (app/fair.py identity)
         self._lock = threading.Lock()
         self.threads = 0  # threads inside a computation now
         self.peak = 0  # the most at once since the start
@@ -62,30 +66,45 @@ class ComputePool:
         """Whether MAX_PENDING_EXPLAINS are queued or running already."""
         return int(self.state.pending_explains) >= int(self.state.settings.max_pending_explains)
 
-    def _count(self, delta: int) -> None:
-        """Change the pending count (on the event loop's thread only)."""
+    def share(self) -> int:
+        """The most explanations one key may have queued or running (MAX_PENDING_PER_KEY;
+        0: half of MAX_PENDING_EXPLAINS)."""
+        settings = self.state.settings
+        total = int(settings.max_pending_explains)
+        return int(getattr(settings, "max_pending_per_key", 0) or 0) or max(1, total // 2)
+
+    def full_for(self, who: str) -> bool:
+        """Whether `who` has its share queued or running already."""
+        return self.by_key.get(who, 0) >= self.share()
+
+    def _count(self, delta: int, who: str = "") -> None:
+        """Change the pending counts (on the event loop's thread only)."""
         self.state.pending_explains += delta
         self._pending.set(self.state.pending_explains)
+        left = self.by_key.get(who, 0) + delta
+        if left > 0:
+            self.by_key[who] = left
+        else:
+            self.by_key.pop(who, None)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) in a thread that holds one compute slot from start to end. Cancelled
-        while queued: nothing ran and nothing is held. Cancelled while running: the thread is
-        abandoned (the caller's cancel check makes it stop at its next deadline check) and
-        gives its slot back only when it returns."""
-        limiter: anyio.CapacityLimiter = self.state.limiter
+    async def run(self, fn: Callable[..., T], *args: Any, who: str = "") -> T:
+        """fn(*args) in a thread that holds one compute slot from start to end, given in
+        `who`'s turn (app/fair.py). Cancelled while queued: nothing ran and nothing is held.
+        Cancelled while running: the thread is abandoned (the caller's cancel check makes it
+        stop at its next deadline check) and gives its slot back only when it returns."""
+        slots: FairSlots = self.state.limiter
         loop = asyncio.get_running_loop()
-        token = object()  # the borrower of the slot: this call, not the task that awaits it
         claim = {"started": False, "finished": False, "dropped": False, "abandoned": False}
-        self._count(1)
+        self._count(1, who)
         try:
-            await limiter.acquire_on_behalf_of(token)
+            await slots.acquire(who)
         except BaseException:
-            self._count(-1)
+            self._count(-1, who)
             raise
 
         def release() -> None:  # on the loop's thread
-            limiter.release_on_behalf_of(token)
-            self._count(-1)
+            slots.release()
+            self._count(-1, who)
 
         def work() -> T:
             with self._lock:

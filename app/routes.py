@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app import dataplane
-from app.dataplane import off_loop, service
+from app.dataplane import heavy, off_loop, service
 from app.errors import (
     ERROR_RESPONSES,
     NotFound,
@@ -234,7 +234,5 @@ async def evaluate_attributions(
     References: Petsiuk et al. 2018; Bhatt et al. 2020; Yeh et al. 2019.
     """
     svc: ExplainService = request.app.state.service
-    result: dict[str, Any] = await anyio.to_thread.run_sync(
-        run_evaluation, svc, model, body, limiter=request.app.state.limiter
-    )
+    result: dict[str, Any] = await heavy(request, run_evaluation, svc, model, body)
     return result

@@ -77,6 +77,31 @@ class Settings(BaseSettings):
     max_pending_explains: int = Field(
         64, ge=1, description="explanations queued or running; beyond: 503 with Retry-After"
     )
+    max_pending_per_key: int = Field(
+        0,
+        ge=0,
+        description="explanations one key (or client address, open) may have queued or "
+        "running; beyond: 429 with Retry-After for that key alone; 0: half of "
+        "MAX_PENDING_EXPLAINS",
+    )
+    header_timeout_s: float = Field(
+        5.0,
+        ge=0,
+        description="a connection whose request headers are not complete this long after it "
+        "opened (or after its last answer) is closed; 0: no limit",
+    )
+    max_connections_per_client: int = Field(
+        256,
+        ge=0,
+        description="open connections per client address and API process; beyond, new ones "
+        "are closed at once; 0: no cap (behind a proxy, every client is the proxy's address)",
+    )
+    read_workers: int = Field(
+        8,
+        ge=1,
+        description="threads for reads (model metadata, infer, examples, model loading), apart "
+        "from the explanations' slots: a read never waits behind an explanation",
+    )
     default_timeout_ms: int = Field(
         60_000,
         ge=0,

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from app.fair import FairSlots
 from app.pool import ComputePool
 from tests.app.test_bounded_time import cpu_seconds, digit, server
 
@@ -139,7 +141,7 @@ def test_an_abandoned_thread_keeps_its_slot_and_its_pending_place() -> None:
 
     async def main() -> None:
         state = SimpleNamespace(
-            limiter=anyio.CapacityLimiter(1),
+            limiter=FairSlots(1),
             pending_explains=0,
             settings=SimpleNamespace(max_pending_explains=2),
         )
@@ -147,7 +149,7 @@ def test_an_abandoned_thread_keeps_its_slot_and_its_pending_place() -> None:
         with anyio.move_on_after(0.2):
             await pool.run(release.wait, 5.0)  # the route's deadline passes: abandoned
         seen["abandoned"] = (pool.abandoned, pool.threads)
-        seen["held"] = (state.limiter.borrowed_tokens, state.pending_explains)
+        seen["held"] = (state.limiter.busy, state.pending_explains)
         seen["full_at_two"] = pool.full() is False
         order: list[str] = []
 
@@ -161,7 +163,7 @@ def test_an_abandoned_thread_keeps_its_slot_and_its_pending_place() -> None:
             release.set()
         seen["order"] = order
         await anyio.sleep(0.05)
-        seen["after"] = (state.limiter.borrowed_tokens, state.pending_explains, pool.abandoned)
+        seen["after"] = (state.limiter.busy, state.pending_explains, pool.abandoned)
         seen["peak"] = pool.peak
 
     anyio.run(main)
@@ -179,7 +181,7 @@ def test_a_call_cancelled_while_queued_holds_nothing() -> None:
 
     async def main() -> None:
         state = SimpleNamespace(
-            limiter=anyio.CapacityLimiter(1),
+            limiter=FairSlots(1),
             pending_explains=0,
             settings=SimpleNamespace(max_pending_explains=2),
         )
@@ -192,7 +194,7 @@ def test_a_call_cancelled_while_queued_holds_nothing() -> None:
             seen["queued_gone"] = state.pending_explains
             release.set()
         await anyio.sleep(0.05)
-        seen["after"] = (state.limiter.borrowed_tokens, state.pending_explains, pool.peak)
+        seen["after"] = (state.limiter.busy, state.pending_explains, pool.peak)
 
     anyio.run(main)
     assert seen["queued_gone"] == 1
@@ -223,3 +225,41 @@ def test_gradient_passes_are_short_under_a_cancel_check(registry: Any) -> None:
     stopped = time.monotonic() - began
     assert whole > 0.8, f"the unsliced pass took {whole:.2f} s: too light to tell"
     assert stopped < 0.2 + 0.35 * whole, f"stopped after {stopped:.2f} s (whole: {whole:.2f} s)"
+
+
+def test_slots_go_round_robin_between_keys_and_a_key_has_a_share() -> None:
+    """Key C queues 6 calls on 1 slot, then key D one: D's call runs second (after the one C
+    call already running), not seventh; C's others follow. A key past its share is full while
+    another is not (the route answers 429 to it alone)."""
+    gates = [threading.Event() for _ in range(7)]
+    order: list[str] = []
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        state = SimpleNamespace(
+            limiter=FairSlots(1),
+            pending_explains=0,
+            settings=SimpleNamespace(max_pending_explains=8, max_pending_per_key=6),
+        )
+        pool = ComputePool(state, CollectorRegistry())
+
+        def call(name: str, gate: threading.Event) -> None:
+            order.append(name)
+            gate.wait(5)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(partial(pool.run, call, f"C{i}", gates[i], who="key:C"))
+                await anyio.sleep(0.01)
+            seen["c_full"], seen["d_full"] = pool.full_for("key:C"), pool.full_for("key:D")
+            tg.start_soon(partial(pool.run, call, "D0", gates[6], who="key:D"))
+            await anyio.sleep(0.05)
+            for gate in gates:  # one at a time: each finishes, the next gets the slot
+                gate.set()
+                await anyio.sleep(0.05)
+        seen["after"] = (state.limiter.busy, state.pending_explains, dict(pool.by_key))
+
+    anyio.run(main)
+    assert order == ["C0", "D0", "C1", "C2", "C3", "C4", "C5"]
+    assert seen["c_full"] is True and seen["d_full"] is False
+    assert seen["after"] == (0, 0, {})
