@@ -103,7 +103,7 @@ class ComputePool:
             raise
 
         def release() -> None:  # on the loop's thread
-            slots.release()
+            slots.release(who)
             self._count(-1, who)
 
         def work() -> T:

@@ -5,6 +5,7 @@ event loop with work that ignores its cancel check."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import threading
@@ -263,3 +264,40 @@ def test_slots_go_round_robin_between_keys_and_a_key_has_a_share() -> None:
     assert order == ["C0", "D0", "C1", "C2", "C3", "C4", "C5"]
     assert seen["c_full"] is True and seen["d_full"] is False
     assert seen["after"] == (0, 0, {})
+
+
+def test_active_keys_share_the_slots_and_a_lone_key_uses_them_all() -> None:
+    """Two slots: key C alone takes both; once key D is active each holds one, so D's next
+    request finds its slot free while C still has work queued; when D has been quiet for
+    active_s, C takes both again."""
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        slots = FairSlots(2, active_s=0.3)
+        await slots.acquire("C")
+        await slots.acquire("C")  # alone: both slots
+        seen["alone"] = dict(slots.running)
+        queued = [asyncio.ensure_future(slots.acquire("C")) for _ in range(3)]
+        d1 = asyncio.ensure_future(slots.acquire("D"))
+        await asyncio.sleep(0.01)
+        seen["d_waits_for_a_release"] = not d1.done()
+        slots.release("C")  # one of C's finishes: D's turn (share now 1 each)
+        await asyncio.sleep(0.01)
+        seen["d_granted"] = d1.done() and slots.running == {"C": 1, "D": 1}
+        slots.release("D")  # D done: C is at its share, the slot stays for D
+        await asyncio.sleep(0.01)
+        seen["kept_for_d"] = slots.busy == 1 and not any(q.done() for q in queued)
+        d2 = asyncio.ensure_future(slots.acquire("D"))
+        await asyncio.sleep(0.01)
+        seen["d2_at_once"] = d2.done()
+        slots.release("D")
+        await asyncio.sleep(0.5)  # D quiet past active_s: C takes the free slot
+        seen["c_takes_both"] = sum(q.done() for q in queued) == 1 and slots.running == {"C": 2}
+        for q in queued:
+            q.cancel()
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert seen["alone"] == {"C": 2}
+    assert seen["d_waits_for_a_release"] and seen["d_granted"]
+    assert seen["kept_for_d"] and seen["d2_at_once"] and seen["c_takes_both"]
