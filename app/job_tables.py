@@ -37,17 +37,30 @@ def _parsed(page: list[str]) -> list[AuditRow]:
     return flat([AuditResult.parse(json.loads(line)) for line in page])
 
 
+def _columns_of(ok: AuditRow | None) -> tuple[tuple[str, ...], list[str]]:
+    """(feature names, columns) of a table whose first row with values is `ok`."""
+    if ok is None:
+        return (), list(COMMON)
+    names = tuple(ok.feature_names or ())
+    if names:
+        return names, [*COMMON, *(f"value.{n}" for n in names), *(f"input.{n}" for n in names)]
+    return (), [*COMMON, "players", "values"]
+
+
 def columns(pages: Pages) -> tuple[tuple[str, ...], list[str]]:
     """(feature names, columns), from the first row with values (a pass up to it)."""
     for page in pages():
         ok = next((r for r in _parsed(page) if r.explanation is not None), None)
-        if ok is None:
-            continue
-        names = tuple(ok.feature_names or ())
-        if names:
-            return names, [*COMMON, *(f"value.{n}" for n in names), *(f"input.{n}" for n in names)]
-        return (), [*COMMON, "players", "values"]
-    return (), list(COMMON)
+        if ok is not None:
+            return _columns_of(ok)
+    return _columns_of(None)
+
+
+def rows(results: list[AuditResult]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, one dict per row) of results held in memory (the streams read pages)."""
+    table = flat(results)
+    names, cols = _columns_of(next((r for r in table if r.explanation is not None), None))
+    return cols, [row(r, names, cols) for r in table]
 
 
 def row(r: AuditRow, names: tuple[str, ...], cols: list[str]) -> dict[str, Any]:
