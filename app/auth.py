@@ -40,6 +40,10 @@ class ApiKey:
         return any(scope in GRANTS[s] for s in self.scopes)
 
 
+# The key of the running HTTP request (None when open, and in jobs, which act by KEY_NAME)
+KEY: ContextVar[ApiKey | None] = ContextVar("api_key", default=None)
+
+
 def digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
@@ -149,10 +153,20 @@ class ApiKeyAuth:
 
     async def _call(self, key: ApiKey | None, scope: Scope, receive: Receive, send: Send) -> None:
         token = KEY_NAME.set(None if key is None else key.name)
+        held = KEY.set(key)
         try:
             await self.app(scope, receive, send)
         finally:
+            KEY.reset(held)
             KEY_NAME.reset(token)
+
+
+def may_use(owner: str | None, shared: bool) -> bool:
+    """Whether the running request's key may use a model registered by key `owner`: its owner,
+    an admin, anyone when the model is shared or has no owner (registered open), or when the
+    service runs open (no key) or a job runs (checked when it was submitted)."""
+    key = KEY.get()
+    return key is None or owner is None or shared or key.name == owner or is_admin(key)
 
 
 if __name__ == "__main__":

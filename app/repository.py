@@ -4,6 +4,7 @@ of a registration is app/file_registration.py's (app/hf_registration.py's for ch
 
 from __future__ import annotations
 
+import logging
 from contextlib import nullcontext
 from typing import Any
 
@@ -11,6 +12,7 @@ import anyio
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 
+from app.auth import KEY
 from app.errors import ERROR_RESPONSES, ApiError, InvalidInput, NotFound, PayloadTooLarge
 from app.file_registration import RegistrationForm, declare
 from app.oip_schemas import ModelMetadata
@@ -22,6 +24,7 @@ from models.sandbox import sandboxed_register as register_model  # worker proces
 from models.store import ModelStore
 
 router = APIRouter(tags=["repository"])
+log = logging.getLogger(__name__)
 
 
 async def _read(upload: UploadFile, limit: int, what: str) -> bytes:
@@ -89,8 +92,15 @@ async def register(
     background: UploadFile | None = File(
         None, description="default background rows: CSV with a header of feature names, or .npy"
     ),
+    shared: bool = Form(
+        False,
+        description="with API keys: true lets every key explain and infer the model; false "
+        "(default): the registering key and admin keys only. Its background rows are shown "
+        "to the registering key (and admins) either way",
+    ),
 ) -> JSONResponse:
-    """Register (or re-register: a new version) a model; admin scope."""
+    """Register (or re-register: a new version) a model; admin scope. The model belongs to the
+    registering key: another key cannot replace or delete it (409)."""
     if sum(x is not None for x in (file, remote_url, uri)) != 1:
         raise InvalidInput("send exactly one of file (a model file), remote_url or uri")
     limit = request.app.state.settings.max_model_bytes
@@ -102,15 +112,30 @@ async def register(
     decl = await declare(form, files, request.app.state.settings)
     # an admin's request: a remote model's own error messages are shown
     with reveal_remote_detail() if decl.format == "remote" else nullcontext():
-        return await _store(request, decl, files)
+        return await _store(request, decl, files, shared)
 
 
-async def _store(request: Request, decl: Declaration, files: dict[str, bytes]) -> JSONResponse:
+def _owned_elsewhere(registry: Any, name: str, action: str) -> None:
+    """409 when `name` belongs to a key other than the request's."""
+    owner, _ = registry.owner(name)
+    key = KEY.get()
+    if key is not None and owner is not None and owner != key.name:
+        raise ApiError(
+            f"model {name!r} belongs to another key: it cannot be {action} by this one "
+            "(register under another name)",
+            code="owned_by_another_key",
+        ).with_status(409)
+
+
+async def _store(
+    request: Request, decl: Declaration, files: dict[str, bytes], shared: bool = False
+) -> JSONResponse:
     """Build and check the model (its test pass), then store and register it: 201."""
     state = request.app.state
     registry = state.service.registry
     if decl.name in registry.builtin_names():
         raise ApiError(f"{decl.name!r} is a built-in model", code="conflict").with_status(409)
+    await anyio.to_thread.run_sync(_owned_elsewhere, registry, decl.name, "replaced")
 
     def build() -> tuple[Model, dict[str, Any]]:
         try:
@@ -120,9 +145,20 @@ async def _store(request: Request, decl: Declaration, files: dict[str, bytes]) -
             raise InvalidInput(str(exc), code="invalid_model") from None
 
     model, meta = await anyio.to_thread.run_sync(build)
+    key = KEY.get()
+    meta = {**meta, "owner": None if key is None else key.name, "shared": shared}
+    replaced = await anyio.to_thread.run_sync(registry.known, decl.name)
     store: ModelStore = state.user_models
     await anyio.to_thread.run_sync(lambda: store.save(meta, files))
     await anyio.to_thread.run_sync(registry.register, model)  # one store query: off the loop
+    log.info(
+        "model %s %s by key %s (version %s, %s)",
+        decl.name,
+        "replaced" if replaced else "registered",
+        meta["owner"] or "-",
+        meta.get("version"),
+        "shared" if shared else "private",
+    )
     return JSONResponse(metadata(model).model_dump(), status_code=201)
 
 
@@ -133,9 +169,14 @@ async def unregister(request: Request, model: str) -> Response:
     registry = state.service.registry
     if model in registry.builtin_names():
         raise ApiError(f"{model!r} is a built-in model", code="conflict").with_status(409)
+    if not await anyio.to_thread.run_sync(state.service.may_use, model):
+        raise NotFound(f"unknown model {model!r}", code="unknown_model")
+    await anyio.to_thread.run_sync(_owned_elsewhere, registry, model, "deleted")
     try:
         await anyio.to_thread.run_sync(registry.unregister, model)
     except KeyError:
         raise NotFound(f"unknown model {model!r}", code="unknown_model") from None
     await anyio.to_thread.run_sync(state.user_models.remove, model)
+    key = KEY.get()
+    log.info("model %s deleted by key %s", model, "-" if key is None else key.name)
     return Response(status_code=204)

@@ -110,7 +110,7 @@ def _summary(svc: ExplainService, name: str, loading: bool) -> ModelSummary:
 async def list_models(request: Request) -> list[ModelSummary]:
     svc = service(request)
     loading = svc.settings.load_models_on_start
-    return [_summary(svc, name, loading) for name in svc.registry.names()]
+    return [_summary(svc, name, loading) for name in svc.registry.names() if svc.may_use(name)]
 
 
 def metadata(model: Model) -> ModelMetadata:

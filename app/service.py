@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from app.auth import may_use
 from app.cache import (
     Cache,
     CacheUnavailable,
@@ -27,6 +28,7 @@ from app.errors import (
     ApiError,
     GatewayTimeout,
     InvalidInput,
+    NotFound,
     PayloadTooLarge,
     ShuttingDown,
     from_library,
@@ -176,10 +178,18 @@ class ExplainService:
         )
 
     def model(self, name: str) -> Model:
+        """The model called `name`, if the request's key may use it (another key's unshared
+        model is answered as unknown: its name is not revealed)."""
+        if not self.may_use(name):
+            raise NotFound(f"unknown model {name!r}", code="unknown_model")
         try:
             return self.registry.get(name)
         except ModelError as exc:
             raise from_library(exc) from exc
+
+    def may_use(self, name: str) -> bool:
+        """Whether the running request's key may use model `name` (app/auth.py may_use)."""
+        return may_use(*self.registry.owner(name))
 
     def explainer(self, model: Model, name: str) -> ExplainerSpec:
         try:

@@ -14,8 +14,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from app import plot_images, plot_shap, plot_vega, plots
+from app.auth import may_use
 from app.dataplane import off_loop, service
-from app.errors import ERROR_RESPONSES
+from app.errors import ERROR_RESPONSES, ApiError
 from app.routes import explain_route
 from app.schemas import ExplainRequestBase, ExplainResponse, request_model
 from app.service import ExplainService
@@ -46,6 +47,12 @@ EXAMPLE_NUMBERS = 2**19  # numbers per examples answer (about 10 MB of JSON): 3 
 
 def _examples(svc: ExplainService, name: str, n: int) -> dict[str, Any]:
     model = svc.model(name)
+    owner, _ = svc.registry.owner(name)
+    if not may_use(owner, shared=False):  # a shared model's rows stay its owner's
+        raise ApiError(
+            f"the background rows of {name!r} are shown to the key that registered it only",
+            code="forbidden",
+        ).with_status(403)
     rows = model.background if model.background is not None else model.reference
     if rows is None:
         return {"instances": [], "min": None, "max": None, "source": None, "rows": 0}

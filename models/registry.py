@@ -168,6 +168,18 @@ class ModelRegistry:
         with self._lock:
             return sorted(self._builtins.keys() | self._models.keys() | self._stored.keys())
 
+    def owner(self, name: str) -> tuple[str | None, bool]:
+        """(the key that registered `name`, whether it is shared with every key); (None, True)
+        for built-ins and models registered without keys."""
+        if name in self._builtins:
+            return None, True
+        self._sync()
+        with self._lock:
+            entry = self._stored.get(name)
+        meta = {} if entry is None else entry[1]
+        owner = meta.get("owner")
+        return (owner if isinstance(owner, str) else None), bool(meta.get("shared", False))
+
     def known(self, name: str) -> bool:
         """Whether `name` is a built-in or a registered model (loaded or not)."""
         return name in self._builtins or name in self.names()
