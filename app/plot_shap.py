@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from app.errors import InvalidInput
 from app.schemas import ExplainResponse
 
 
@@ -26,7 +27,19 @@ def shap_arguments(answer: ExplainResponse) -> dict[str, Any]:
     """
     targets = answer.meta.targets
     if targets is not None:
-        return _multi_output(answer, list(targets["output_names"]))
+        names = targets.get("output_names")
+        count = len(answer.data.explanations)
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) for n in names)
+            or count % len(names)
+        ):
+            raise InvalidInput(
+                "meta.targets needs output_names: the outputs of each instance's explanations, "
+                f"in order (a non-empty list of names that divides the {count} explanations)"
+            )
+        return _multi_output(answer, names)
     explanations = answer.data.explanations
     ragged = any(e.players for e in explanations)
     args: dict[str, Any] = {

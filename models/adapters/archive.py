@@ -14,6 +14,7 @@ MAX_MEMBER_RATIO times (members over RATIO_SLACK), or members that add up to mor
 from __future__ import annotations
 
 import encodings.cp437  # noqa: F401  (zipfile decodes member names with it: loaded before a sandboxed worker's chroot)
+import gzip
 import io
 import os
 import stat
@@ -83,6 +84,67 @@ def _checked_path(name: str) -> PurePosixPath:
     return PurePosixPath(*parts) if parts else PurePosixPath(".")
 
 
+MAX_HEADER_BYTES = 64 << 10  # a PAX or GNU long-name header's own data
+
+
+def _tar_size(field: bytes) -> int:
+    """A tar header's size field: octal digits, or base-256 when its first bit is set."""
+    if field[:1] and field[0] & 0x80:
+        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    digits = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(digits or b"0", 8)
+    except ValueError:
+        raise InvalidModelError("not a readable .tar.gz/.tar archive: a bad size field") from None
+
+
+def check_tar_headers(data: bytes) -> None:
+    """Walk the tar's 512-byte headers on the (decompressed) stream, skipping member data a
+    chunk at a time, before `tarfile` reads any: a PAX or GNU long-name header whose data
+    claims more than MAX_HEADER_BYTES is refused (tarfile would read it whole into memory: a
+    1 MB upload claiming 1 GB took +1 GB), as is a stream past the unpack cap."""
+    cap = min(MAX_UNPACKED, MAX_RATIO * len(data) + RATIO_SLACK)
+    raw: IO[bytes] | gzip.GzipFile = io.BytesIO(data)
+    if is_gzip(data):
+        raw = gzip.GzipFile(fileobj=raw)
+    seen = 0
+    try:
+        while True:
+            header = raw.read(512)
+            seen += len(header)
+            if len(header) < 512 or header == bytes(512):
+                return
+            size, kind = _tar_size(header[124:136]), header[156:157]
+            padded = -(-size // 512) * 512
+            if kind in (b"x", b"g", b"L", b"K") and size > MAX_HEADER_BYTES:
+                raise InvalidModelError(
+                    f"archive header {kind.decode()!r} claims {size} bytes of metadata (at most "
+                    f"{MAX_HEADER_BYTES}): refused before reading it"
+                )
+            if seen + padded > cap:
+                raise ArchiveTooLargeError(_too_large(cap, len(data)))
+            left = padded
+            while left:
+                got = len(raw.read(min(CHUNK, left)))
+                if not got:
+                    return  # truncated: tarfile says how
+                left -= got
+            seen += padded
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InvalidModelError(f"not a readable .tar.gz/.tar archive: {exc}") from None
+
+
+def _check_tree(members: list[Member]) -> None:
+    """A member may not lie under a path that is a file of the archive (`x`, then `x/y`)."""
+    files = {m.path for m in members if not m.is_dir}
+    for m in members:
+        for parent in m.path.parents:
+            if parent in files:
+                raise InvalidModelError(
+                    f"archive member {str(m.path)!r} lies under {str(parent)!r}, which is a file"
+                )
+
+
 def _tar_members(tf: tarfile.TarFile) -> list[tuple[Member, tarfile.TarInfo]]:
     out: list[tuple[Member, tarfile.TarInfo]] = []
     for info in tf:
@@ -129,16 +191,19 @@ def _entries(data: bytes) -> Iterator[tuple[Member, IO[bytes] | None]]:
             raise InvalidModelError(f"not a readable zip archive: {exc}") from None
         with zf:
             members = _zip_members(zf)
+            _check_tree([m for m, _ in members])
             for member, info in members:
                 yield member, None if member.is_dir else zf.open(info)
         return
     if not (is_gzip(data) or is_tar(data)):
         raise InvalidModelError("a Hugging Face model is a .tar.gz, .tar or .zip of its folder")
+    check_tar_headers(data)
     try:
         tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 (closed below)
         tar_members = _tar_members(tf)
     except READ_ERRORS as exc:
         raise InvalidModelError(f"not a readable .tar.gz/.tar archive: {exc}") from None
+    _check_tree([m for m, _ in tar_members])
     with tf:
         for member, tinfo in tar_members:
             yield member, None if member.is_dir else tf.extractfile(tinfo)

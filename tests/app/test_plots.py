@@ -550,3 +550,15 @@ def test_superpixels_of_a_real_explanation(rgb_client: TestClient) -> None:
     assert any(cell["edge"] for cell in spec["data"]["values"])
     png = rgb_client.post("/v2/plots?format=png", json=real)
     assert png.status_code == 200 and Image.open(io.BytesIO(png.content)).format == "PNG"
+
+
+@pytest.mark.parametrize("targets", [{}, {"output_names": []}, {"output_names": ["a", "b", "c"]}])
+def test_shap_arguments_of_a_bad_targets_block_are_a_400(
+    client: TestClient, tabular: dict[str, Any], targets: dict[str, Any]
+) -> None:
+    """Issue 39: meta.targets without usable output_names (sent back to POST /v2/plots) was a
+    500; it is a 400 naming the field (3 names do not divide 2 explanations)."""
+    body = {**tabular, "meta": {**tabular["meta"], "targets": targets}}
+    r = client.post("/v2/plots?format=shap", json=body)
+    assert r.status_code == 400, r.text
+    assert "meta.targets needs output_names" in r.json()["error"]

@@ -3,10 +3,12 @@ model kinds against transformers and sentence-transformers run directly on the s
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +91,53 @@ def test_bombs_and_member_counts_are_refused(tmp_path: Path) -> None:
         unpack(bomb, tmp_path)
     many = tar({f"m/f{i}": b"" for i in range(1001)})
     refused(many, tmp_path / "many", "more than 1000 members")
+
+
+def claiming(kind_: bytes, size: int, payload: int = 1 << 20) -> bytes:
+    """A .tar.gz whose first header (`kind_`: PAX 'x' or GNU long-name 'L') claims `size`
+    bytes of metadata, followed by `payload` zero bytes (about 1 KB once compressed)."""
+    header = bytearray(512)
+    header[0:9] = b"././@Long"
+    header[100:108] = b"0000644\0"
+    header[124:136] = f"{size:011o}\0".encode()
+    header[156:157] = kind_
+    header[257:263] = b"ustar\0"
+    header[148:156] = b" " * 8
+    header[148:156] = f"{sum(header):06o}\0 ".encode()
+    return gzip.compress(bytes(header) + bytes(payload))
+
+
+@pytest.mark.parametrize("kind_", [b"x", b"L"])
+def test_a_header_claiming_a_gigabyte_is_refused_before_it_is_read(
+    tmp_path: Path, kind_: bytes
+) -> None:
+    """Issue 39: tarfile reads a PAX or GNU long-name header's data whole (a 1 MB upload
+    claiming 1 GB took +1 GB before the 400); the header walk refuses it from its size."""
+    data = claiming(kind_, 1 << 30)
+    assert len(data) < 20_000
+    peak = tracemalloc_peak(lambda: refused(data, tmp_path, "claims 1073741824 bytes"))
+    assert peak < 16 << 20, peak
+
+
+def tracemalloc_peak(fn: Callable[[], None]) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_member_under_a_file_is_refused(tmp_path: Path) -> None:
+    """A file `x` and then `x/y` (an OSError when unpacking, which was a 500) is a 400."""
+    refused(tar({**folder(), "m/x": b"1", "m/x/y": b"2"}), tmp_path, "lies under 'm/x'")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in {**folder(), "m/x": b"1", "m/x/y": b"2"}.items():
+            zf.writestr(name, data)
+    refused(buf.getvalue(), tmp_path / "zip", "lies under 'm/x'")
 
 
 def test_a_good_archive_unpacks_its_files_only(tmp_path: Path) -> None:
