@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.sandbox import seccomp
 from models.sandbox.protocol import ProtocolError, recv, send
 
 CLONE_NEWNET = 0x40000000
@@ -50,6 +51,7 @@ PRELOAD = (
     "models.device",
     "models.adapters.facts",
     "models.sandbox.worker",
+    "models.sandbox.seccomp",
     "models.adapters.torchscript_check",  # the operator allow-list
     "models.adapters.booster_check",
     "models.adapters.lightgbm_check",
@@ -98,6 +100,7 @@ def sandbox(
     (`imports`: the modules its loader needs, imported first; models/sandbox/hf_worker.py)."""
     state: dict[str, str] = {}
     libc = _libc()
+    filter_lib = seccomp.load_library()  # opened before the chroot
     for name in PRELOAD:  # normally already there (the zygote's preload)
         with contextlib.suppress(ImportError):
             __import__(name)
@@ -150,6 +153,7 @@ def sandbox(
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
     if os.getppid() == 1:  # the zygote died meanwhile
         os._exit(1)
+    state["syscalls"] = seccomp.install(filter_lib)  # last: setuid and chroot are denied by it
     return state
 
 

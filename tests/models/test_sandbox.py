@@ -151,6 +151,10 @@ def test_the_worker_is_isolated_as_seen_from_outside() -> None:
     assert f"Max address space         {current_config().memory_mb << 20}" in limits
     assert "Max file size             0" in limits and "Max core file size        0" in limits
     assert model.info["sandbox"]["network"] == "isolated"
+    # the system call filter (models/sandbox/seccomp.py) is loaded in the live worker
+    assert model.info["sandbox"]["syscalls"].startswith("on:"), model.info["sandbox"]
+    status = Path(f"/proc/{pid}/status").read_text()
+    assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
     environ = Path(f"/proc/{pid}/environ").read_bytes()  # the zygote got the server's
     assert b"PATH=" in Path("/proc/self/environ").read_bytes()
     assert b"PATH=" not in environ and not environ.strip(b"\0")  # wiped in the worker
