@@ -88,14 +88,36 @@ def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
+def _only(keep: tuple[int, ...]) -> str:
+    """Point every open descriptor but `keep` at /dev/null (dup2: a library that holds one
+    writes nowhere instead of into a descriptor number reused later); what was done."""
+    if not keep or not os.path.isdir("/proc/self/fd"):
+        return "inherited descriptors kept (no connection given)"
+    null = os.open(os.devnull, os.O_RDWR)
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep or fd == null:
+            continue
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
+            os.dup2(null, fd, inheritable=fd <= 2)
+            count += 1
+    os.close(null)
+    return f"{count} inherited descriptors pointed at /dev/null; kept: the server connection"
+
+
 def sandbox(
     memory_mb: int,
     threads: int,
     nproc: int,
     folder: str | None = None,
     imports: tuple[str, ...] = (),
+    keep: tuple[int, ...] = (),
 ) -> dict[str, str]:
-    """Isolate this process (see the module's docstring); what holds, by name. `root`: the
+    """Isolate this process (see the module's docstring); what holds, by name. `keep`: the
+    descriptors it keeps (its connection to the server); every other one it inherited (the
+    server's stdout and stderr, the zygote's and resource tracker's pipes, a library's open
+    files) is pointed at /dev/null. `root`: the
     `folder`: the server's unpacked checkpoint, made the root instead of an empty directory
     (`imports`: the modules its loader needs, imported first; models/sandbox/hf_worker.py)."""
     state: dict[str, str] = {}
@@ -117,6 +139,7 @@ def sandbox(
     multiprocessing.current_process().authkey = os.urandom(32)
     root = os.geteuid() == 0
     state["network"] = "isolated" if libc.unshare(CLONE_NEWNET) == 0 else "not isolated"
+    state["descriptors"] = _only(keep)
     fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 16
     if folder is not None:
         from models.sandbox.hf_worker import preimport
@@ -360,7 +383,7 @@ def main(
     imports: tuple[str, ...] = (),
 ) -> None:
     """Sandbox, then serve: the first message builds the model, the others call it."""
-    state = sandbox(memory_mb, threads, nproc, root, imports)
+    state = sandbox(memory_mb, threads, nproc, root, imports, keep=(conn.fileno(),))
     served: Served | None = None
     ops: frozenset[str] = frozenset({"forward", "vjp", "predict", "tree"})
     while True:

@@ -155,6 +155,11 @@ def test_the_worker_is_isolated_as_seen_from_outside() -> None:
     assert model.info["sandbox"]["syscalls"].startswith("on:"), model.info["sandbox"]
     status = Path(f"/proc/{pid}/status").read_text()
     assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
+    # no descriptor it inherited leads anywhere but its connection to the server (the server's
+    # stdout, the zygote's pipes, onnxruntime's database were open in it before)
+    targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    assert sorted(set(targets) - {"/dev/null"})[0].startswith("socket:"), targets
+    assert len(set(targets) - {"/dev/null"}) == 1, targets
     environ = Path(f"/proc/{pid}/environ").read_bytes()  # the zygote got the server's
     assert b"PATH=" in Path("/proc/self/environ").read_bytes()
     assert b"PATH=" not in environ and not environ.strip(b"\0")  # wiped in the worker
