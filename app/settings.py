@@ -211,6 +211,13 @@ class Settings(BaseSettings):
     model_worker_memory_mb: int = Field(
         4096, ge=0, description="address space of one model worker (RLIMIT_AS, MiB); 0: none"
     )
+    model_workers_memory_mb: int = Field(
+        0,
+        ge=0,
+        description="memory for every model worker together (MiB): at most this over "
+        "MODEL_WORKER_MEMORY_MB workers are alive at once, the idle one used longest ago "
+        "stopped first to start another; 0: this machine's memory",
+    )
     model_worker_call_timeout_s: float = Field(
         120.0, gt=0, description="longest model call (and load) in a worker; past it: killed, 502"
     )

@@ -56,8 +56,24 @@ def configure_from_settings(settings: Any) -> None:
             processes=int(settings.model_worker_processes),
             threads=int(settings.torch_threads),
             trusted_code=bool(getattr(settings, "trusted_model_code", False)),
+            max_workers=max_workers(
+                int(getattr(settings, "model_workers_memory_mb", 0)),
+                int(settings.model_worker_memory_mb),
+            ),
         )
     )
+
+
+def max_workers(total_mb: int, each_mb: int) -> int:
+    """Workers alive at once: MODEL_WORKERS_MEMORY_MB (0: this machine's memory) over each
+    worker's address space (MODEL_WORKER_MEMORY_MB; 0: no cap), at least 1."""
+    if each_mb <= 0:
+        return 0
+    if total_mb <= 0:
+        import os
+
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+    return max(1, total_mb // each_mb)
 
 
 def sandboxed(fmt: str) -> bool:

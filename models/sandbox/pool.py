@@ -68,6 +68,7 @@ class SandboxConfig:
     idle_s: float = 600.0  # an unused worker stops after this; the next call starts it again
     skip_file_checks: bool = False  # tests of the sandbox only: the upload checks let all in
     trusted_code: bool = False  # TRUSTED_MODEL_CODE: with the sandbox off, TorchScript may load
+    max_workers: int = 0  # workers alive at once, all models (MODEL_WORKERS_MEMORY_MB); 0: any
 
 
 _config = SandboxConfig()
@@ -338,6 +339,44 @@ class Worker:
         self.process = self.conn = None
 
 
+_room_lock = threading.Lock()
+
+
+def live_workers() -> int:
+    """Model worker processes alive now, every model's."""
+    return sum(1 for g in list(_groups) for w in list(g._all) if w.alive)
+
+
+def make_room(config: SandboxConfig, starting: Worker) -> None:
+    """Before `starting` starts: while config.max_workers are alive, stop the idle worker used
+    longest ago, of any model (its group starts it again when next needed); 503 with
+    Retry-After when every one is in a call."""
+    if config.max_workers <= 0:
+        return
+    with _room_lock:
+        while live_workers() >= config.max_workers:
+            idle = []
+            for g in list(_groups):
+                with g._lock:
+                    idle += [(w.used, id(w), g, w) for w in g._idle if w.alive and w != starting]
+            if not idle:
+                raise ModelWorkerRestarting(
+                    f"{config.max_workers} model workers are running (MODEL_WORKERS_MEMORY_MB / "
+                    "MODEL_WORKER_MEMORY_MB) and every one is computing; retry soon",
+                    1.0,
+                )
+            _, _, group, victim = min(idle, key=lambda t: (t[0], t[1]))
+            with group._lock:
+                if victim not in group._idle:  # taken for a call meanwhile: look again
+                    continue
+                group._idle.remove(victim)
+            victim.close()  # dead in its group: restarted by its next call
+            log.info("model worker of %s stopped to make room (at most %d alive)",
+                     group.name, config.max_workers)  # fmt: skip
+            with group._lock:
+                group._idle.append(victim)
+
+
 class _Died(Exception):
     """The worker process is gone (crashed, killed by the watchdog, broke the protocol)."""
 
@@ -403,7 +442,9 @@ class WorkerGroup:
         return [np.frombuffer(self.data, dtype=np.uint8)]
 
     def _start(self, w: Worker) -> None:
-        """Start `w`; a checkpoint is unpacked for it first (models/sandbox/hf_worker.py)."""
+        """Start `w` once there is room (`make_room`); a checkpoint is unpacked for it first
+        (models/sandbox/hf_worker.py)."""
+        make_room(self.config, w)
         if not self.files:
             w.start(self.config)
             return
@@ -509,6 +550,9 @@ class WorkerGroup:
                 self.config.build_timeout_s,
                 1 << 20,
             )
+        except ModelWorkerRestarting:  # no room (make_room): not the worker's failure
+            w.close()
+            raise
         except (_Died, _Failed, ModelError, OSError) as exc:
             w.close()
             self._failed()

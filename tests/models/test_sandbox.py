@@ -226,3 +226,52 @@ def test_a_call_past_its_deadline_is_killed_then_restarts() -> None:
         assert model.predict(np.zeros((1, 3), np.float32)).shape == (1, 2)
     finally:
         configure(before)
+
+
+def test_at_most_max_workers_are_alive_idle_ones_stop_first() -> None:
+    """MODEL_WORKERS_MEMORY_MB / MODEL_WORKER_MEMORY_MB workers at most: with room for 2, a
+    third model stops the idle worker used longest ago (its model starts one again on its next
+    call, which stops another); every model keeps answering the same values; while both live
+    workers compute, starting a third is a 503 with Retry-After."""
+    import threading
+    import time
+
+    from models.sandbox.pool import ModelWorkerRestarting, live_workers
+
+    before = current_config()
+    x = np.array([[0.1, 0.2, 0.3]], dtype=np.float32)
+    configure(replace(before, max_workers=2, processes=1, call_timeout_s=4.0))
+    try:
+        def registered(name: str, module: torch.nn.Module) -> Model:
+            files = {"model": scripted_bytes(module)}
+            return sandboxed_register(declaration(form(name), "torchscript"), files)[0]
+
+        models = [registered(f"room-{i}", mlp(seed=i)) for i in range(3)]
+        assert live_workers() == 2
+        groups = [worker_group(m) for m in models]
+        assert groups[0] is not None and groups[2] is not None
+        assert groups[0].pids() == [] and groups[2].pids() != []  # room-0's, the oldest, stopped
+        first = [m.predict(x) for m in models]  # each starts again as needed, stopping another
+        assert live_workers() == 2
+        for a, b in zip(first, [m.predict(x) for m in models], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        slow = [registered(f"room-slow-{i}", Slow()) for i in range(2)]
+        busy = np.array([[0.9, 0.0, 0.0]], dtype=np.float32)
+
+        def compute(model: Model) -> None:
+            with pytest.raises(ModelWorkerError):  # stopped at its 4 s limit
+                model.predict(busy)
+
+        threads = [threading.Thread(target=compute, args=(m,)) for m in slow]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # both workers computing (until their 4 s limit)
+        with pytest.raises(ModelWorkerRestarting, match="every one is computing") as refused:
+            models[0].predict(x)
+        assert refused.value.retry_after_s > 0 and refused.value.status == 503
+        for t in threads:
+            t.join(30)
+        np.testing.assert_allclose(models[0].predict(x), first[0], rtol=1e-6)  # room again
+        assert live_workers() <= 2
+    finally:
+        configure(before)
