@@ -54,6 +54,48 @@ def _input_range(raw: str | None) -> tuple[float, float] | None:
     return float(values[0]), float(values[1])
 
 
+EXPORT_HINT = (
+    "register TorchScript (torch.jit.trace/script, then torch.jit.save), ONNX (scikit-learn: "
+    "skl2onnx; docs/models.md), an XGBoost or LightGBM model file, or a Hugging Face "
+    "checkpoint folder"
+)
+
+
+def foreign_format(data: bytes, names: list[str]) -> str | None:
+    """What an upload in a format the service does not read is, in words (None: none of
+    these): pickles (joblib, torch.save) are never loaded, whatever format was declared;
+    torch.export programs, skops and CatBoost files are named so that the refusal says so."""
+    base = {n.rsplit("/", 1)[-1] for n in names}
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return (
+            "a Python pickle (pickle.dump, joblib.dump or an old torch.save), which runs code "
+            "when loaded"
+        )
+    if data[:2] in (b"x\x01", b"x^", b"x\x9c", b"x\xda") and len(names) == 0:
+        return "a compressed joblib pickle (joblib.dump with compress), which runs code when loaded"
+    if "archive_format" in base and "model.json" in base:
+        return "a torch.export program (torch.export.save, .pt2), not read yet (issue 40)"
+    if "data.pkl" in base and not any("/code/" in n or n.startswith("code/") for n in names):
+        return "a torch.save checkpoint (pickled weights or a module), which runs code when loaded"
+    if "schema.json" in base and not any(n.endswith(".onnx") for n in names):
+        return "a skops file (scikit-learn), not read yet (issue 40)"
+    if data[:4] == b"CBM1":
+        return "a CatBoost model (.cbm), not read yet (issue 40)"
+    if data[:1] == b"{" and b'"oblivious_trees"' in data[:1 << 20]:
+        return "a CatBoost JSON model, not read yet (issue 40)"
+    if data[:8] == b"\x89HDF\r\n\x1a\n":
+        return "an HDF5 file (a Keras .h5 model)"
+    return None
+
+
+def refuse_foreign(data: bytes) -> None:
+    """400 `unsupported_format` naming a format the service does not read (`foreign_format`)."""
+    names = zip_names(data) if data[:2] == b"PK" else []
+    what = foreign_format(data, names)
+    if what is not None:
+        raise InvalidInput(f"the file is {what}: {EXPORT_HINT}", code="unsupported_format")
+
+
 def sniff_format(data: bytes) -> str:
     """The upload's format from its first bytes (never a pickle): a .tar.gz/.tar, or a zip with
     a config.json or model.onnx, is a Hugging Face checkpoint folder (or an ONNX text
@@ -279,6 +321,8 @@ async def declare(
         remote_url, remote_auth = await anyio.to_thread.run_sync(
             prepare_remote, remote_url, form.remote_headers, settings
         )
+    if remote_url is None and form.uri is None:
+        refuse_foreign(files["model"])  # whatever format was declared
     fmt = "remote" if remote_url is not None else "huggingface" if form.uri is not None else (
         form.format or sniff_format(files["model"])
     )

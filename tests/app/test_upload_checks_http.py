@@ -112,3 +112,61 @@ def test_a_npy_background_claiming_a_trillion_floats_is_400(client: TestClient) 
     files = {**model.upload(), "background": ("bg.npy", good.getvalue())}
     r = client.post("/v2/repository/models", data=model.form, files=files)
     assert r.status_code == 201, r.text
+
+
+def _foreign_files() -> dict[str, tuple[bytes, str]]:
+    """Real files of formats the service does not read, as their libraries save them."""
+    import pickle
+
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression().fit(np.arange(12.0).reshape(6, 2), [0, 1] * 3)
+    out: dict[str, tuple[bytes, str]] = {"pickle": (pickle.dumps(clf), "Python pickle")}
+    for compress in (0, 3):
+        buf = io.BytesIO()
+        joblib.dump(clf, buf, compress=compress)
+        out[f"joblib-{compress}"] = (buf.getvalue(), "joblib" if compress else "pickle")
+    linear = torch.nn.Linear(6, 1)
+    buf = io.BytesIO()
+    torch.save(linear.state_dict(), buf)
+    out["torch.save"] = (buf.getvalue(), "torch.save checkpoint")
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(linear, (torch.zeros(1, 6),)), buf)
+    out["torch.export"] = (buf.getvalue(), "torch.export program")
+    out["catboost"] = (b"CBM1" + bytes(64), "CatBoost model")
+    out["keras"] = (b"\x89HDF\r\n\x1a\n" + bytes(64), "HDF5")
+    return out
+
+
+@pytest.mark.parametrize("kind", ["pickle", "joblib-0", "joblib-3", "torch.save", "torch.export",
+                                  "catboost", "keras"])  # fmt: skip
+@pytest.mark.parametrize("declared", [None, "onnx"])
+def test_formats_we_do_not_read_are_named(
+    client: TestClient, kind: str, declared: str | None
+) -> None:
+    """Issue 40's first step: a joblib file was answered with ONNX's parse error, a torch.save or
+    torch.export file as a corrupt TorchScript one. Each is a 400 naming what it is (a pickle is
+    never loaded, whatever format was declared) and how to export a model that can come in."""
+    data, named = _foreign_files()[kind]
+    r = client.post(
+        "/v2/repository/models",
+        data=form(f"foreign-{kind.replace('.', '-')}", fmt=declared),
+        files={"file": ("model.bin", data)},
+    )
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["code"] == "unsupported_format" and named in body["error"], body
+    assert "TorchScript" in body["error"] and "skl2onnx" in body["error"]
+
+
+def test_real_formats_are_not_taken_for_foreign_ones() -> None:
+    """The files the service reads are none of those (their first bytes and members)."""
+    from app.file_registration import foreign_format
+    from models.adapters.archive import zip_names
+
+    for data in (saved(torch.jit.script(torch.nn.Linear(6, 1))), bm.sklearn_onnx().file,
+                 bm.xgboost_model().file, bm.lightgbm_model().file):  # fmt: skip
+        assert data is not None
+        names = zip_names(data) if data[:2] == b"PK" else []
+        assert foreign_format(data, names) is None
