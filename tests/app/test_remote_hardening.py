@@ -147,7 +147,8 @@ def test_credentials_never_leak_to_answers_metadata_or_logs(
         assert wrong.status_code == 400 and "401" in wrong.json()["error"], wrong.text
         r = httpx.post(
             f"{url}/v2/repository/models",
-            data=form(peer.model_url(f"{USER}:{PASSWORD}")),
+            # shared: the reader key below uses another key's model (issue 39)
+            data={**form(peer.model_url(f"{USER}:{PASSWORD}")), "shared": "true"},
             headers=ADMIN,
             timeout=30,
         )

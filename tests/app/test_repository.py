@@ -128,7 +128,8 @@ def test_pickle_is_refused(app_client: TestClient) -> None:
     r = app_client.post(
         "/v2/repository/models", data=form(), files={"file": ("m.pt", buf.getvalue())}
     )
-    assert r.status_code == 400 and r.json()["code"] == "invalid_model"
+    assert r.status_code == 400 and r.json()["code"] == "unsupported_format", r.text
+    assert "torch.save checkpoint" in r.json()["error"]  # named, not a TorchScript parse error
     assert app_client.delete("/v2/repository/models/nope").status_code == 404
     assert app_client.delete("/v2/repository/models/diabetes-mlp").status_code == 409
 
