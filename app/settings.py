@@ -216,7 +216,7 @@ class Settings(BaseSettings):
         ge=0,
         description="memory for every model worker together (MiB): at most this over "
         "MODEL_WORKER_MEMORY_MB workers are alive at once, the idle one used longest ago "
-        "stopped first to start another; 0: this machine's memory",
+        "stopped first to start another; 0: no cap",
     )
     model_worker_call_timeout_s: float = Field(
         120.0, gt=0, description="longest model call (and load) in a worker; past it: killed, 502"

@@ -65,14 +65,13 @@ def configure_from_settings(settings: Any) -> None:
 
 
 def max_workers(total_mb: int, each_mb: int) -> int:
-    """Workers alive at once: MODEL_WORKERS_MEMORY_MB (0: this machine's memory) over each
-    worker's address space (MODEL_WORKER_MEMORY_MB; 0: no cap), at least 1."""
-    if each_mb <= 0:
+    """Workers alive at once: MODEL_WORKERS_MEMORY_MB over each worker's address space
+    (MODEL_WORKER_MEMORY_MB), at least 1; 0 (either unset): no cap. Not on by default: a
+    worker's address-space limit (4 GiB) is far above what one holds (150-800 MB measured), so
+    machine memory over it (6 here) would stop and restart the workers of a service that uses
+    a few models at once."""
+    if each_mb <= 0 or total_mb <= 0:
         return 0
-    if total_mb <= 0:
-        import os
-
-        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
     return max(1, total_mb // each_mb)
 
 
