@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
-from typing import Any
 
 from starlette.requests import Request
 
+from app.ratelimit import scope_identity
 
-def identity(request: Request | Any) -> str:
-    """Whose work this is: `key:<name>` with API keys, else `addr:<client address>`."""
-    key = getattr(getattr(request, "state", None), "api_key", None)
-    if key is None:
-        key = request.scope.get("state", {}).get("api_key") if hasattr(request, "scope") else None
-    if key is not None:
-        return f"key:{key.name}"
-    client = getattr(request, "client", None)
-    return f"addr:{client.host if client else 'unknown'}"
+
+def identity(request: Request) -> str:
+    """Whose work this is: the rate limit's identity (`key:<name>`, or `addr:<client>` open)."""
+    return scope_identity(request.scope)
 
 
 ACTIVE_S = 2.0  # a key that asked for a slot this recently counts as active
@@ -52,9 +47,6 @@ class FairSlots:
         self._seen: dict[str, float] = {}  # key -> when it last asked (loop time)
         self._grants = 0
         self._timer: asyncio.TimerHandle | None = None
-
-    def waiting(self) -> int:
-        return sum(len(q) for q in self._waiting.values())
 
     def share(self, now: float | None = None) -> int:
         """The most slots one key may hold now."""

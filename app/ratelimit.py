@@ -36,6 +36,16 @@ def make_storage(redis_url: str | None) -> Storage:
     return MemoryStorage()
 
 
+def scope_identity(scope: Scope) -> str:
+    """Who a request is for limits and fair shares: `key:<name>` with API keys, else
+    `addr:<client address>`."""
+    key = scope.get("state", {}).get("api_key")
+    if key is not None:
+        return f"key:{key.name}"
+    client = scope.get("client")
+    return f"addr:{client[0] if client else 'unknown'}"
+
+
 class RateLimit:
     """429 with Retry-After once a key (or client address) exceeds any of its limits."""
 
@@ -44,18 +54,11 @@ class RateLimit:
         self.items = items
         self.limiter = MovingWindowRateLimiter(storage)
 
-    def _identity(self, scope: Scope) -> str:
-        key = scope.get("state", {}).get("api_key")
-        if key is not None:
-            return f"key:{key.name}"
-        client = scope.get("client")
-        return f"addr:{client[0] if client else 'unknown'}"
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.items or scope["path"].startswith(EXEMPT):
             await self.app(scope, receive, send)
             return
-        who = self._identity(scope)
+        who = scope_identity(scope)
         for item in self.items:
             try:
                 if self.limiter.hit(item, "attr", who):
